@@ -1,0 +1,283 @@
+"""The policy cluster admins tune through a ConfigMap: one YAML document, validated here.
+
+Every field has a default, so an empty document is a complete policy for a cluster that follows the guide:
+inference on the smallest MIG slice that fits and never on spot, training on whole GPUs preferring spot,
+batch time-sliced on spot at a low priority. Field names are camelCase on the wire, like Kubernetes objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gpupack import contract
+from gpupack.gpus import CATALOG, DEFAULT_MIG_GPUS
+from gpupack.quantity import QuantityError, parse_quantity
+
+Sharing = Literal["mig", "time-slicing", "exclusive"]
+SpotPlacement = Literal["require", "prefer", "forbid"]
+WorkloadClass = Literal["inference", "training", "batch"]
+EnforcedField = Literal["gpu", "requests", "spot", "priority", "autoscaler"]
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_MIG_NAME = re.compile(r"^[0-9]+g\.[0-9]+gb$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+def _positive_quantity(text: str) -> str:
+    try:
+        value = parse_quantity(text)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from exc
+    if value <= 0:
+        raise ValueError(f"{text!r} must be greater than zero")
+    return text
+
+
+def _dns_subdomain(text: str) -> str:
+    if not _DNS_SUBDOMAIN.match(text):
+        raise ValueError(f"{text!r} is not a valid Kubernetes object name (lowercase DNS subdomain)")
+    return text
+
+
+Quantity = Annotated[str, AfterValidator(_positive_quantity)]
+ObjectName = Annotated[str, AfterValidator(_dns_subdomain)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+    )
+
+
+class ClassPolicy(_Model):
+    """What one workload class gets."""
+
+    sharing: Sharing
+    """How the class uses GPUs: a MIG slice sized by `gpupack.io/gpu-memory`, a time-sliced replica, or whole GPUs."""
+    priority_class_name: ObjectName | None
+    """The PriorityClass set on the pod (with its value and preemption policy); null leaves priority alone."""
+    spot: SpotPlacement
+    """require: only spot nodes; prefer: spot first, on-demand when none fits; forbid: never spot."""
+    cpu: Quantity
+    """CPU request given to every container that has none (capped by the container's limit)."""
+    memory: Quantity
+    """Memory request given to every container that has none (capped by the container's limit)."""
+    default_gpu_memory: Quantity = "10Gi"
+    """GPU memory assumed when a MIG pod has no `gpupack.io/gpu-memory` label."""
+    safe_to_evict: bool = True
+    """False annotates pods `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` unless they checkpoint."""
+
+
+_CLASS_DEFAULTS: dict[str, ClassPolicy] = {
+    "inference": ClassPolicy(
+        sharing="mig", priority_class_name="gpupack-inference", spot="forbid", cpu="1", memory="4Gi"
+    ),
+    "training": ClassPolicy(
+        sharing="exclusive",
+        priority_class_name="gpupack-training",
+        spot="prefer",
+        cpu="4",
+        memory="16Gi",
+        safe_to_evict=False,
+    ),
+    "batch": ClassPolicy(
+        sharing="time-slicing", priority_class_name="gpupack-batch", spot="require", cpu="1", memory="2Gi"
+    ),
+}
+
+
+class Classes(_Model):
+    """One entry per workload class; a class given partly keeps the defaults of the fields it omits."""
+
+    inference: ClassPolicy = _CLASS_DEFAULTS["inference"]
+    training: ClassPolicy = _CLASS_DEFAULTS["training"]
+    batch: ClassPolicy = _CLASS_DEFAULTS["batch"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_with_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        merged: dict[str, Any] = {}
+        for name, value in data.items():
+            default = _CLASS_DEFAULTS.get(name)
+            if default is not None and isinstance(value, dict):
+                merged[name] = {**default.model_dump(by_alias=True), **value}
+            else:
+                merged[name] = value
+        return merged
+
+    def of(self, name: WorkloadClass) -> ClassPolicy:
+        """The policy of a class by its label value."""
+        policy: ClassPolicy = getattr(self, name)
+        return policy
+
+
+class PriorityValue(_Model):
+    """A PriorityClass as gpupack's manifests create it; used when the API cannot be read."""
+
+    value: int = Field(ge=-2_000_000_000, le=1_000_000_000)
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+
+
+class MigProfileSpec(_Model):
+    """A MIG profile the cluster offers, as the device plugin names it (`mixed` strategy)."""
+
+    name: str = Field(pattern=_MIG_NAME.pattern)
+    """Profile name, e.g. `1g.10gb`; the resource is `nvidia.com/mig-<name>`."""
+    memory: Quantity
+    """GPU memory of one instance, compared with `gpupack.io/gpu-memory`."""
+    compute_slices: int = Field(ge=1, le=8)
+    """Compute slices of one instance: the tie-breaker between profiles of equal memory."""
+    gpu: str = ""
+    """GPU model the profile belongs to (informational)."""
+
+    @property
+    def resource(self) -> str:
+        """The extended resource name."""
+        return contract.mig_resource(self.name)
+
+    @property
+    def memory_bytes(self) -> Decimal:
+        """Memory in bytes."""
+        return parse_quantity(self.memory)
+
+
+_DEFAULT_PRIORITIES: dict[str, PriorityValue] = {
+    "gpupack-inference": PriorityValue(value=100000),
+    "gpupack-training": PriorityValue(value=10000),
+    "gpupack-batch": PriorityValue(value=-100, preemption_policy="Never"),
+}
+
+
+def _default_mig_profiles() -> list[MigProfileSpec]:
+    return [
+        MigProfileSpec(name=p.name, memory=f"{p.memory_gb}Gi", compute_slices=p.compute_slices, gpu=p.gpu)
+        for gpu in DEFAULT_MIG_GPUS
+        for p in CATALOG[gpu]
+    ]
+
+
+class TimeSlicing(_Model):
+    """Time-sliced GPU sharing, as the device plugin advertises it."""
+
+    resource_name: str = contract.RESOURCE_GPU_SHARED
+    """Resource of one time-sliced replica (`renameByDefault: true` gives `nvidia.com/gpu.shared`)."""
+
+
+class NodeLabel(_Model):
+    """A node label key and value."""
+
+    key: str = Field(min_length=1, max_length=316)
+    value: str = Field(pattern=_LABEL_VALUE.pattern, max_length=63)
+
+
+class NodeTaint(NodeLabel):
+    """A node taint, tolerated by pods allowed on spot."""
+
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class SpotPolicy(_Model):
+    """How spot nodes are recognised."""
+
+    label: NodeLabel = NodeLabel(key="node-type", value="spot")
+    """Label carried by spot nodes; `forbid` excludes it, `require` selects it, `prefer` weighs it."""
+    taint: NodeTaint | None = NodeTaint(key="node-type", value="spot")
+    """Taint carried by spot nodes, tolerated by `require` and `prefer` pods; null when spot nodes are untainted."""
+    prefer_weight: int = Field(default=80, ge=1, le=100)
+    """Weight of the preferred node affinity written for `prefer`."""
+
+
+class ClusterFacts(_Model):
+    """How gpupack reads PriorityClasses and node MIG resources from the API."""
+
+    refresh_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """Period of the background list of PriorityClasses and nodes."""
+
+
+class Policy(_Model):
+    """The whole policy document."""
+
+    mode: Literal["enforce", "audit"] = "enforce"
+    """audit computes every change, applies none, and records it (annotation, metric, log line)."""
+    default_class: WorkloadClass = "inference"
+    """Class of GPU pods in a namespace labelled `gpupack.io/enabled: "true"` that carry no workload label."""
+    classes: Classes = Classes()
+    priority_classes: dict[ObjectName, PriorityValue] = _DEFAULT_PRIORITIES
+    """Values of PriorityClasses, used when the API is not reachable (the manifests create the same).
+    Entries given are added to the defaults."""
+    mig_profiles: list[MigProfileSpec] = Field(default_factory=_default_mig_profiles, min_length=1)
+    """MIG profiles offered; when the API is reachable, only those some node advertises are used."""
+    time_slicing: TimeSlicing = TimeSlicing()
+    spot: SpotPolicy = SpotPolicy()
+    gpupack_namespace: ObjectName = "gpupack-system"
+    """gpupack's own namespace: never touched, like `kube-system`."""
+    ignored_namespaces: list[ObjectName] = []
+    """More namespaces never touched."""
+    enforce: list[EnforcedField] = []
+    """Fields where the policy wins over what the pod says: gpu, requests, spot, priority, autoscaler."""
+    cluster: ClusterFacts = ClusterFacts()
+
+    @field_validator("priority_classes", mode="before")
+    @classmethod
+    def _add_default_priorities(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {**{k: v.model_dump(by_alias=True) for k, v in _DEFAULT_PRIORITIES.items()}, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _distinct_profiles(self) -> Policy:
+        names = [p.name for p in self.mig_profiles]
+        for name in names:
+            same = {p.memory_bytes for p in self.mig_profiles if p.name == name}
+            if len(same) > 1:
+                raise ValueError(f"migProfiles: {name} is listed with different memory sizes")
+        return self
+
+    def never_touched(self) -> frozenset[str]:
+        """Namespaces the webhook admits untouched, whatever their labels."""
+        return frozenset({"kube-system", self.gpupack_namespace, *self.ignored_namespaces})
+
+    def enforces(self, field: EnforcedField) -> bool:
+        """Whether the policy overrides the pod's own value of `field`."""
+        return field in self.enforce
+
+
+class PolicyError(ValueError):
+    """A policy document that cannot be used; the message names the field and the problem."""
+
+
+def policy_version(raw: bytes) -> str:
+    """A short content digest: two files with the same bytes are the same version."""
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def parse_policy(raw: bytes, source: str = "policy") -> Policy:
+    """Parse and validate a policy document. An empty document gives the defaults.
+
+    Raises PolicyError naming the first offending fields, e.g.
+    `policy.yaml: classes.inference.spot: Input should be 'require', 'prefer' or 'forbid'`.
+    """
+    try:
+        data: Any = yaml.safe_load(raw) if raw.strip() else {}
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"{source}: the policy must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}" for err in exc.errors()[:5]
+        )
+        raise PolicyError(f"{source}: {problems}") from exc

@@ -1,0 +1,95 @@
+"""Read what a developer asked for from the pod's `gpupack.io/*` labels, or say precisely what is wrong.
+
+An invalid value is refused at admission (HTTP 400 in the response status) with the label, the value and the
+valid values, because a pod that silently gets the wrong GPU is worse than a pod that is not created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Literal, cast
+
+from gpupack import contract
+from gpupack.k8s import Pod
+from gpupack.policy import Sharing, WorkloadClass
+from gpupack.quantity import QuantityError, format_gib, parse_quantity
+
+Latency = Literal["critical", "tolerant"]
+
+
+class LabelError(ValueError):
+    """An opted-in pod carries a gpupack label or annotation with a value that cannot be used."""
+
+    def __init__(self, label: str, value: str, valid: str) -> None:
+        super().__init__(f"{label}={value!r} is not valid: use {valid}")
+        self.label = label
+        self.value = value
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRequest:
+    """The developer's request, validated. None means "not said": the class default applies."""
+
+    workload: WorkloadClass
+    gpu_memory: Decimal | None = None
+    gpus: int | None = None
+    latency: Latency | None = None
+    sharing: Sharing | None = None
+    checkpoint: bool = False
+
+    def describe_memory(self) -> str:
+        """`8Gi`-style rendering of the requested GPU memory."""
+        return format_gib(self.gpu_memory) if self.gpu_memory is not None else "unset"
+
+
+def _choice(pod: Pod, label: str, valid: tuple[str, ...]) -> str | None:
+    value = pod.labels.get(label)
+    if value is None:
+        return None
+    if value not in valid:
+        raise LabelError(label, value, " | ".join(valid))
+    return value
+
+
+def _gpu_memory(pod: Pod) -> Decimal | None:
+    # A label is the contract; an annotation is accepted too, because some tools only let users set those.
+    value = pod.labels.get(contract.LABEL_GPU_MEMORY, pod.annotations.get(contract.LABEL_GPU_MEMORY))
+    if value is None:
+        return None
+    try:
+        memory = parse_quantity(value)
+    except QuantityError:
+        memory = Decimal(0)
+    if memory <= 0:
+        raise LabelError(contract.LABEL_GPU_MEMORY, value, "a positive memory quantity such as 8Gi, 20Gi or 40G")
+    return memory
+
+
+def _gpus(pod: Pod) -> int | None:
+    value = pod.labels.get(contract.LABEL_GPUS)
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1 or int(value) > 64:
+        raise LabelError(contract.LABEL_GPUS, value, "a whole number of GPUs from 1 to 64")
+    return int(value)
+
+
+def read_request(pod: Pod, default_class: WorkloadClass) -> WorkloadRequest:
+    """The validated request of an opted-in pod; `default_class` applies when the pod has no workload label.
+
+    Raises LabelError for an unknown class, a malformed quantity or count, an unknown latency, sharing or
+    checkpoint value, or labels that contradict each other.
+    """
+    workload = cast(WorkloadClass, _choice(pod, contract.LABEL_WORKLOAD, contract.WORKLOAD_CLASSES) or default_class)
+    latency = cast(Latency | None, _choice(pod, contract.LABEL_LATENCY, contract.LATENCIES))
+    sharing = cast(Sharing | None, _choice(pod, contract.LABEL_SHARING, contract.SHARING_MODES))
+    checkpoint = _choice(pod, contract.LABEL_CHECKPOINT, ("true", "false")) == "true"
+    gpus = _gpus(pod)
+    if latency == "critical" and sharing == "time-slicing":
+        raise LabelError(
+            contract.LABEL_SHARING, "time-slicing", f"mig or exclusive with {contract.LABEL_LATENCY}=critical"
+        )
+    if gpus is not None and gpus > 1 and sharing in ("mig", "time-slicing"):
+        raise LabelError(contract.LABEL_GPUS, str(gpus), f"1 with {contract.LABEL_SHARING}={sharing}, or exclusive")
+    return WorkloadRequest(workload, _gpu_memory(pod), gpus, latency, sharing, checkpoint)

@@ -1,0 +1,192 @@
+"""Decide the mutation of one Pod: pure, from the raw object, the policy and what is known of the cluster.
+
+`plan()` is the whole admission decision; the HTTP handler only parses, calls it and serialises the result.
+Pods opt in with `gpupack.io/workload`, or by being GPU pods in a namespace whose webhook registration says it
+opted in (`gpupack.io/enabled: "true"`, matched by the API server's namespaceSelector); every other pod is
+admitted untouched. StatefulSet pods in an opted-in namespace are kept off spot even without a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from gpupack import contract
+from gpupack.cluster import UNKNOWN, ClusterFacts
+from gpupack.k8s import Pod
+from gpupack.policy import ClassPolicy, Policy
+from webhook.labels import LabelError, WorkloadRequest, read_request
+from webhook.outcome import ChangeKind, Notes, clip
+from webhook.patches import PatchBuilder, PatchOp
+from webhook.placement import place
+from webhook.priority import apply_priority
+from webhook.resources import apply_gpu, apply_requests, gpu_container
+from webhook.sizing import choose_gpu
+
+Outcome = Literal["mutated", "unchanged", "skipped", "denied", "audited"]
+ANNOTATIONS = ("metadata", "annotations")
+
+
+class InvalidObject(ValueError):
+    """The admission request's object is not a Pod gpupack can read (a malformed request, not a policy denial)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MutationContext:
+    """Everything besides the pod that the decision depends on."""
+
+    policy: Policy
+    version: str
+    facts: ClusterFacts = UNKNOWN
+    namespace_opted_in: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer for one pod: allowed or not, the patch, and the words for people and for the audit log."""
+
+    allowed: bool
+    outcome: Outcome
+    workload: str = "none"
+    ops: list[PatchOp] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    change_kinds: list[ChangeKind] = field(default_factory=list)
+
+
+def parse_pod(raw: Any) -> Pod:
+    """Read the fields gpupack needs; raises InvalidObject naming the first bad field."""
+    if not isinstance(raw, dict):
+        raise InvalidObject("request.object must be a Pod object")
+    try:
+        return Pod.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise InvalidObject(f"request.object.{where}: {err['msg']}") from exc
+
+
+def _has_gpu(pod: Pod, policy: Policy) -> bool:
+    shared = policy.time_slicing.resource_name
+    for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
+        resources = container.resources
+        for table in (resources.requests, resources.limits) if resources else ():
+            if any(contract.is_gpu_resource(k, shared) for k in table or {}):
+                return True
+    return False
+
+
+def _skip(reason: str) -> Decision:
+    return Decision(True, "skipped", message=reason)
+
+
+def _autoscaler(
+    pod: Pod, builder: PatchBuilder, policy: Policy, cls: ClassPolicy, req: WorkloadRequest, notes: Notes
+) -> None:
+    """Training restarts are expensive: keep Cluster Autoscaler from evicting pods that do not checkpoint."""
+    if cls.safe_to_evict or req.checkpoint:
+        return
+    own = pod.annotations.get(contract.ANNOTATION_SAFE_TO_EVICT)
+    if own == "false":
+        return
+    if own is not None and not policy.enforces("autoscaler"):
+        notes.add("conflict", f"kept {contract.ANNOTATION_SAFE_TO_EVICT}={own} from the pod")
+        return
+    builder.set(ANNOTATIONS, contract.ANNOTATION_SAFE_TO_EVICT, "false")
+    notes.add("autoscaler", f"{contract.ANNOTATION_SAFE_TO_EVICT}=false (no {contract.LABEL_CHECKPOINT}=true)")
+
+
+def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, stateful: bool, notes: Notes) -> str:
+    """Intents for an opted-in GPU pod; returns its class. Raises LabelError for unusable labels."""
+    policy = ctx.policy
+    request = read_request(pod, policy.default_class)
+    cls = policy.classes.of(request.workload)
+    target = gpu_container(pod, policy.time_slicing.resource_name)
+    apply_gpu(pod, builder, policy, target, choose_gpu(request, cls, policy, ctx.facts.advertised_resources), notes)
+    apply_requests(pod, builder, policy, cls, notes)
+    if stateful:
+        place(pod, builder, policy, "forbid", "StatefulSet pods", notes)
+    else:
+        place(pod, builder, policy, cls.spot, request.workload, notes)
+    apply_priority(pod, builder, policy, cls, ctx.facts, notes)
+    _autoscaler(pod, builder, policy, cls, request, notes)
+    return request.workload
+
+
+def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> Decision:
+    """Decide the admission of one Pod CREATE.
+
+    Returns a Decision; raises InvalidObject when `raw` is not a readable Pod. An opted-in pod with an invalid
+    gpupack label is denied (allowed false, message naming the label and the valid values), except in audit
+    mode, where it is admitted with a warning saying it would have been refused.
+    """
+    pod = parse_pod(raw)
+    policy = ctx.policy
+    ns = pod.metadata.namespace or namespace or ""
+    if ns in policy.never_touched():
+        return _skip(f"namespace {ns} is never touched")
+    if contract.ANNOTATION_MIRROR_POD in pod.annotations:
+        return _skip("mirror pod")
+    labelled = contract.LABEL_WORKLOAD in pod.labels
+    has_gpu = _has_gpu(pod, policy)
+    stateful = pod.controller_kind() == "StatefulSet"
+    if not labelled and not (ctx.namespace_opted_in and (has_gpu or stateful)):
+        return _skip("not opted in" if not labelled and not ctx.namespace_opted_in else "no GPU requested")
+    notes = Notes()
+    builder = PatchBuilder(raw)
+    audit = policy.mode == "audit"
+    try:
+        if labelled or has_gpu:
+            workload = _plan_gpu_pod(pod, builder, ctx, stateful, notes)
+        else:
+            workload = "none"
+            place(pod, builder, policy, "forbid", "StatefulSet pods", notes)
+    except LabelError as exc:
+        message = f"gpupack: {exc}"
+        if audit:
+            return Decision(
+                True,
+                "audited",
+                warnings=[clip(f"gpupack audit, would refuse: {exc}")],
+                audit_annotations={"would-deny": message},
+                message=message,
+            )
+        return Decision(False, "denied", message=message, audit_annotations={"denied": message})
+    return _finish(raw, builder, notes, workload, ctx, audit)
+
+
+def _finish(
+    raw: dict[str, Any], builder: PatchBuilder, notes: Notes, workload: str, ctx: MutationContext, audit: bool
+) -> Decision:
+    summary = notes.summary() or "no change needed"
+    if audit:
+        # Record what would have happened, change nothing else: the canary step before enforcing.
+        recorder = PatchBuilder(raw)
+        recorder.set(ANNOTATIONS, contract.ANNOTATION_AUDIT, clip(f"{ctx.version}: {summary}", 4096))
+        return Decision(
+            True,
+            "audited",
+            workload,
+            recorder.ops(),
+            notes.warnings("gpupack audit, would:"),
+            {"would": summary},
+            summary,
+            notes.kinds(),
+        )
+    builder.set_many(
+        ANNOTATIONS, {contract.ANNOTATION_CLASS: workload, contract.ANNOTATION_POLICY_VERSION: ctx.version}
+    )
+    ops = builder.ops()
+    return Decision(
+        True,
+        "mutated" if ops else "unchanged",
+        workload,
+        ops,
+        notes.warnings("gpupack:"),
+        {"changes": summary} if notes.items else {},
+        summary,
+        notes.kinds(),
+    )

@@ -1,0 +1,50 @@
+"""What planning one pod produced: the changes to make, the conflicts seen, and how to say them to people.
+
+Every change and every conflict becomes one warning (kubectl prints them; the API server caps none, but long
+lines are unreadable, so each is cut to 120 characters) and one line of the audit annotation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ChangeKind = Literal["gpu", "requests", "spot", "priority", "autoscaler", "conflict", "advice"]
+
+WARNING_LIMIT = 120
+
+
+def clip(text: str, limit: int = WARNING_LIMIT) -> str:
+    """Cut `text` to `limit` characters, marking the cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One change or conflict, in words, with the kind the metrics count it under."""
+
+    kind: ChangeKind
+    text: str
+
+
+@dataclass(slots=True)
+class Notes:
+    """The notes of one admission, in the order they were made."""
+
+    items: list[Note] = field(default_factory=list)
+
+    def add(self, kind: ChangeKind, text: str) -> None:
+        """Record a change or a conflict."""
+        self.items.append(Note(kind, text))
+
+    def kinds(self) -> list[ChangeKind]:
+        """The kinds of the changes (conflicts and advice excluded), for the mutation counter."""
+        return [n.kind for n in self.items if n.kind not in ("conflict", "advice")]
+
+    def warnings(self, prefix: str) -> list[str]:
+        """One warning per note, prefixed (`gpupack:` or `gpupack audit, would:`) and clipped."""
+        return [clip(f"{prefix} {n.text}") for n in self.items]
+
+    def summary(self) -> str:
+        """All notes on one line, for annotations and logs."""
+        return "; ".join(n.text for n in self.items)

@@ -1,0 +1,124 @@
+"""Container resources: which container gets the GPU, its GPU request and limit, and CPU/memory requests.
+
+Cluster Autoscaler decides a node is idle from requests; a container without CPU or memory requests makes a GPU
+node look emptier (or fuller) than it is, so every container of a GPU pod leaves with both.
+"""
+
+from __future__ import annotations
+
+from gpupack import contract
+from gpupack.k8s import Container, Pod
+from gpupack.policy import ClassPolicy, Policy
+from gpupack.quantity import QuantityError, parse_quantity
+from webhook.labels import LabelError
+from webhook.outcome import Notes
+from webhook.patches import PatchBuilder, Path
+from webhook.sizing import GpuChoice
+
+
+def _gpu_keys(container: Container, shared: str) -> dict[str, str]:
+    resources = container.resources
+    found: dict[str, str] = {}
+    for table in (resources.limits, resources.requests) if resources else ():
+        for key, value in (table or {}).items():
+            if contract.is_gpu_resource(key, shared):
+                found.setdefault(key, str(value))
+    return found
+
+
+def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:
+    """The container that gets the GPU, as (list field, index).
+
+    The one named by `gpupack.io/container` (app, init or sidecar), else the first app container that already
+    asks for a GPU, else the first app container. Raises LabelError when the annotation names no container.
+    """
+    name = pod.annotations.get(contract.ANNOTATION_CONTAINER)
+    if name is not None:
+        for field, containers in (("containers", pod.spec.containers), ("initContainers", pod.spec.init_containers)):
+            for index, container in enumerate(containers or []):
+                if container.name == name:
+                    return field, index
+        names = [c.name for c in pod.spec.containers] + [c.name for c in pod.spec.init_containers or []]
+        raise LabelError(contract.ANNOTATION_CONTAINER, name, "the name of one of the containers: " + ", ".join(names))
+    for index, container in enumerate(pod.spec.containers):
+        if _gpu_keys(container, shared):
+            return "containers", index
+    return "containers", 0
+
+
+def _same_kind_without_count(current: dict[str, str], choice: GpuChoice) -> bool:
+    """Whole GPUs written in the pod with no `gpupack.io/gpus` label: the count is the pod's to choose."""
+    return not choice.count_from_label and set(current) == {choice.resource} == {contract.RESOURCE_GPU}
+
+
+def _container(pod: Pod, field: str, index: int) -> Container:
+    containers = pod.spec.containers if field == "containers" else pod.spec.init_containers or []
+    return containers[index]
+
+
+def apply_gpu(
+    pod: Pod, builder: PatchBuilder, policy: Policy, target: tuple[str, int], choice: GpuChoice, notes: Notes
+) -> None:
+    """Give the GPU container `choice` in requests and limits; a GPU the pod already names wins unless enforced."""
+    field, index = target
+    container = _container(pod, field, index)
+    base: Path = ("spec", field, index, "resources")
+    wanted = {choice.resource: str(choice.count)}
+    current = _gpu_keys(container, policy.time_slicing.resource_name)
+    said = f"{choice.resource}={choice.count}"
+    if current:
+        if current == wanted or _same_kind_without_count(current, choice):
+            return
+        written = ", ".join(f"{k}={v}" for k, v in current.items())
+        if not policy.enforces("gpu"):
+            notes.add("conflict", f"kept the pod's {written}; policy gives {said} ({choice.reason})")
+            return
+        for key in current:
+            builder.remove((*base, "requests"), key)
+            builder.remove((*base, "limits"), key)
+        notes.add("conflict", f"replaced {written} with {said}: the policy enforces the GPU resource")
+    builder.set_many((*base, "requests"), wanted)
+    builder.set_many((*base, "limits"), wanted)
+    notes.add("gpu", f"{container.name} gets {said}: {choice.reason}")
+    for warning in choice.warnings:
+        notes.add("advice", warning)
+
+
+def _request(container: Container, resource: str, default: str, enforced: bool) -> str | None:
+    """The request to write for one resource of one container, or None to leave it as it is."""
+    resources = container.resources
+    current = (resources.requests or {}).get(resource) if resources else None
+    if current is not None and not enforced:
+        return None
+    limit = (resources.limits or {}).get(resource) if resources else None
+    value = default
+    try:
+        if limit is not None and parse_quantity(limit) < parse_quantity(default):
+            value = str(limit)  # a request above the limit is invalid: cap at the limit
+    except QuantityError:
+        return None  # the API server validated the pod; an unparsable limit is not ours to fix
+    return None if current is not None and str(current) == value else value
+
+
+def apply_requests(pod: Pod, builder: PatchBuilder, policy: Policy, cls: ClassPolicy, notes: Notes) -> None:
+    """CPU and memory requests for app containers and sidecars that lack them (all of them when enforced).
+
+    Plain init containers run before the app and do not add to the pod's steady footprint: left alone.
+    """
+    enforced = policy.enforces("requests")
+    targets: list[tuple[str, int, Container]] = [("containers", i, c) for i, c in enumerate(pod.spec.containers)]
+    targets += [
+        ("initContainers", i, c) for i, c in enumerate(pod.spec.init_containers or []) if c.restart_policy == "Always"
+    ]
+    touched: list[str] = []
+    for field, index, container in targets:
+        entries = {
+            resource: value
+            for resource, default in (("cpu", cls.cpu), ("memory", cls.memory))
+            if (value := _request(container, resource, default, enforced)) is not None
+        }
+        if entries:
+            builder.set_many(("spec", field, index, "resources", "requests"), entries)
+            touched.append(container.name + " " + " ".join(f"{k}={v}" for k, v in entries.items()))
+    if touched:
+        notes.add("requests", "requests set: " + ", ".join(touched))
