@@ -148,3 +148,34 @@ class PatchBuilder:
 def _copy_value(value: Any) -> Any:
     """Values in ops and in the working copy must not share mutable parts."""
     return copy.deepcopy(value) if isinstance(value, dict | list) else value
+
+
+def _parent(doc: Any, tokens: list[str]) -> Any:
+    node = doc
+    for token in tokens:
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node
+
+
+def apply_patch(doc: dict[str, Any], ops: list[PatchOp]) -> dict[str, Any]:
+    """Apply operations made by PatchBuilder (`add`, `replace`, `remove`) to a copy of `doc`.
+
+    Used by `gpupack mutate` to show the resulting pod; tests check it against a full RFC 6902 library.
+    """
+    result = _copy(doc)
+    for op in ops:
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        parent, last = _parent(result, tokens[:-1]), tokens[-1]
+        if op["op"] == "remove":
+            del parent[int(last) if isinstance(parent, list) else last]
+        elif isinstance(parent, list):
+            value = _copy_value(op["value"])
+            if last == "-":
+                parent.append(value)
+            elif op["op"] == "add":
+                parent.insert(int(last), value)
+            else:
+                parent[int(last)] = value
+        else:
+            parent[last] = _copy_value(op["value"])
+    return result

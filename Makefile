@@ -1,0 +1,58 @@
+# gpupack: the same commands for developers and CI.
+#   make run    the embedded demo (creates the venv on first use)
+#   make test   installs what the tests need, then lint, type checks and tests
+#   make bench  the benchmarks in bench/ (not part of test)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+APT_GET := $(shell command -v apt-get 2>/dev/null)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test lint typecheck unit system-deps bench bench-webhook clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.run-deps: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test-deps: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.run-deps
+
+run: $(VENV)/.run-deps
+	$(BIN)/gpupack demo
+
+# Debian packages the tests and benchmarks use: kubectl (kustomize), wrk (bench).
+system-deps:
+	@missing=""; \
+	command -v kubectl >/dev/null || missing="$$missing kubectl"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	if [ -n "$$missing" ]; then \
+	  if [ -z "$(APT_GET)" ]; then echo "install:$$missing" >&2; exit 1; fi; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+lint: $(VENV)/.test-deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: $(VENV)/.test-deps
+	$(BIN)/mypy
+
+unit: $(VENV)/.test-deps system-deps
+	$(BIN)/pytest -q
+
+test: lint typecheck unit
+
+bench: bench-webhook
+
+bench-webhook: $(VENV)/.test-deps system-deps
+	$(BIN)/python -m bench.webhook
+
+clean:
+	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis

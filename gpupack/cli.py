@@ -1,0 +1,173 @@
+"""The `gpupack` command: one entry point, one subcommand per job.
+
+    gpupack webhook   serve the mutating admission webhook (TLS)
+    gpupack mutate    preview offline what the webhook does to a Pod
+    gpupack certs     issue a CA and a serving certificate, print the caBundle
+    gpupack demo      the embedded demo behind `make run` (no cluster needed)
+
+Exit codes: 0 success, 1 a previewed pod is denied, 2 bad input or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
+from gpupack import logs
+from gpupack.policy import PolicyError
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be greater than zero")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpupack",
+        description="Cut GPU cost on Kubernetes: label-driven GPU requests, placement and priority.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    hook = sub.add_parser(
+        "webhook",
+        help="serve the mutating admission webhook",
+        description="Serve POST /mutate (AdmissionReview v1) over TLS 1.2+, plus /healthz, /readyz and /metrics. "
+        "The policy file and the certificate files are re-read when they change.",
+    )
+    hook.add_argument("--config", type=Path, help="policy YAML (the mounted ConfigMap key); default: built-in policy")
+    hook.add_argument("--cert-file", type=Path, required=True, help="serving certificate (PEM), e.g. tls.crt")
+    hook.add_argument("--key-file", type=Path, required=True, help="private key (PEM), e.g. tls.key")
+    hook.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    hook.add_argument("--port", type=int, default=8443, help="port to listen on (default 8443)")
+    api = hook.add_mutually_exclusive_group()
+    api.add_argument("--kubeconfig", type=Path, help="read PriorityClasses and node GPU resources with this kubeconfig")
+    api.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
+    hook.add_argument("--policy-poll-seconds", type=_positive, default=5.0, help="policy file check period")
+    hook.add_argument("--cert-poll-seconds", type=_positive, default=10.0, help="certificate files check period")
+    hook.add_argument("--max-body-bytes", type=int, default=3 * 1024 * 1024, help="larger bodies get HTTP 413")
+    hook.add_argument("--body-timeout", type=_positive, default=10.0, help="seconds to receive a body (else 408)")
+
+    mutate = sub.add_parser(
+        "mutate",
+        help="preview what the webhook does to a Pod",
+        description="Read a Pod (YAML or JSON) or an AdmissionReview and print, offline, whether it is allowed, "
+        "the warnings, the JSON Patch and the mutated pod.",
+    )
+    mutate.add_argument("file", help="Pod or AdmissionReview file, or - for standard input")
+    mutate.add_argument("--config", type=Path, help="policy YAML to preview; default: built-in policy")
+    mutate.add_argument("--json", action="store_true", help="print one JSON object: allowed, message, patch, ...")
+    mutate.add_argument(
+        "--opted-in-namespace", action="store_true", help='as if the namespace is labelled gpupack.io/enabled="true"'
+    )
+    mutate.add_argument("--priority-classes", type=Path, help="`kubectl get priorityclasses -o json` output")
+    mutate.add_argument("--nodes", type=Path, help="`kubectl get nodes -o json` output (MIG profiles offered)")
+
+    certs = sub.add_parser(
+        "certs",
+        help="issue a CA and a serving certificate",
+        description="Write ca.crt, ca.key, tls.crt and tls.key to --out and print the base64 caBundle for the "
+        "MutatingWebhookConfiguration. An existing CA in --out is reused, so the caBundle stays valid.",
+    )
+    certs.add_argument("--out", type=Path, required=True, help="directory to write to")
+    certs.add_argument("--dns", nargs="+", default=[], metavar="NAME", help="DNS names of the server")
+    certs.add_argument("--ip", nargs="+", default=[], metavar="IP", help="IP addresses of the server")
+    certs.add_argument("--service", help="add the names of this Service: svc, svc.ns, svc.ns.svc")
+    certs.add_argument("--namespace", default="gpupack-system", help="namespace of --service")
+    certs.add_argument("--days", type=int, default=365, help="validity of the serving certificate")
+    certs.add_argument("--new-ca", action="store_true", help="issue a new CA even if --out has one")
+
+    demo = sub.add_parser(
+        "demo",
+        help="run the embedded demo (what `make run` does)",
+        description="Issue certificates, start the webhook on localhost with the built-in policy, send demo pods "
+        "through it over HTTPS and print what changed and why.",
+    )
+    demo.add_argument("--workdir", type=Path, default=Path(".run"), help="where certificates are kept")
+    return parser
+
+
+def _cmd_webhook(args: argparse.Namespace) -> int:
+    from gpupack.server import ServeOptions
+    from webhook.app import WebhookSettings
+    from webhook.service import WebhookConfig, run
+
+    config = WebhookConfig(
+        policy_file=args.config,
+        serve=ServeOptions(args.host, args.port, args.cert_file, args.key_file, args.cert_poll_seconds),
+        settings=WebhookSettings(args.max_body_bytes, args.body_timeout),
+        policy_poll_seconds=args.policy_poll_seconds,
+        kubeconfig=args.kubeconfig,
+        in_cluster=args.in_cluster,
+    )
+    asyncio.run(run(config))
+    return 0
+
+
+def _read_json(path: Path | None) -> dict[str, object] | None:
+    if path is None:
+        return None
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON list object (kind: List)")
+    return data
+
+
+def _cmd_mutate(args: argparse.Namespace) -> int:
+    from gpupack.kube import facts_from_lists
+    from gpupack.policy_store import load_policy_file
+    from webhook.preview import preview, read_document, render_text
+
+    loaded = load_policy_file(args.config)
+    facts = facts_from_lists(_read_json(args.priority_classes), _read_json(args.nodes))
+    result = preview(read_document(args.file), loaded, facts, args.opted_in_namespace)
+    print(json.dumps(result.as_json(), indent=2) if args.json else render_text(result))
+    return 0 if result.allowed else 1
+
+
+def _cmd_certs(args: argparse.Namespace) -> int:
+    dns = list(args.dns) + (webhook_sans(args.service, args.namespace) if args.service else [])
+    ca_crt, ca_key = args.out / "ca.crt", args.out / "ca.key"
+    if not args.new_ca and ca_crt.exists() and ca_key.exists():
+        ca = KeyPair(ca_crt.read_bytes(), ca_key.read_bytes())
+    else:
+        ca = issue_ca()
+    serving = issue_serving_cert(ca, dns, list(args.ip), days=args.days)
+    write_pair(args.out, ca, serving)
+    print(ca_bundle(ca.cert_pem))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from webhook.demo import run_demo
+
+    code: int = asyncio.run(run_demo(args.workdir))
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; errors in input or configuration print one line and exit 2."""
+    args = _parser().parse_args(argv)
+    logs.setup(args.log_level)
+    commands = {"webhook": _cmd_webhook, "mutate": _cmd_mutate, "certs": _cmd_certs, "demo": _cmd_demo}
+    try:
+        return commands[args.command](args)
+    except (PolicyError, OSError, ValueError) as exc:
+        print(f"gpupack {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Prometheus metrics shared by both services: the policy in force, reloads, and reads of the API.
+
+Each service builds its metrics on a registry it is given (never the global one), so tests and two apps in
+one process do not collide.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gpupack.policy_store import LoadedPolicy
+
+
+class PolicyMetrics:
+    """`gpupack_policy_info{version,mode}` and `gpupack_policy_reload_failures_total`."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.info = Gauge(
+            "gpupack_policy_info", "The policy version in force (value 1).", ["version", "mode"], registry=registry
+        )
+        self.reload_failures = Counter(
+            "gpupack_policy_reload_failures_total",
+            "Policy versions refused because they did not validate.",
+            registry=registry,
+        )
+
+    def loaded(self, loaded: LoadedPolicy) -> None:
+        """Point the info gauge at the new version."""
+        self.info.clear()
+        self.info.labels(loaded.version, loaded.policy.mode).set(1)
+
+    def failed(self, _message: str) -> None:
+        """Count a refused version."""
+        self.reload_failures.inc()
+
+
+class ClusterReadMetrics:
+    """Reads of PriorityClasses and nodes from the API."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.failures = Counter(
+            "gpupack_cluster_read_failures_total", "Failed reads of PriorityClasses and nodes.", registry=registry
+        )
+        self.last_success = Gauge(
+            "gpupack_cluster_read_last_success_timestamp_seconds", "When the API was last read.", registry=registry
+        )

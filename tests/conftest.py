@@ -1,0 +1,131 @@
+"""Shared test helpers: the recorded fixtures, pod builders, policies and a session CA."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
+from gpupack.cluster import ClusterFacts
+from gpupack.kube import facts_from_lists
+from gpupack.policy import parse_policy
+from gpupack.policy_store import LoadedPolicy
+from webhook.mutate import MutationContext
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT.parent / "shared" / "fixtures" / "recorded-k8s-1.36"
+ADMISSION = RECORDED / "admission"
+
+W = "gpupack.io/"
+
+
+def recorded_text(path: Path) -> str:
+    """A recorded body with the recording's placeholder label domain replaced by gpupack's names.
+
+    The recording used `gpu.example.com/` (its README: "the project picks its own names") and the annotation
+    `model-memory` for what gpupack's contract calls `gpu-memory`.
+    """
+    text = path.read_text()
+    return text.replace("gpu.example.com/model-memory", W + "gpu-memory").replace("gpu.example.com/", W)
+
+
+def recorded_review(name: str) -> dict[str, Any]:
+    """One recorded AdmissionReview by file stem."""
+    review: dict[str, Any] = json.loads(recorded_text(ADMISSION / f"{name}.json"))
+    return review
+
+
+def recorded_facts() -> ClusterFacts:
+    """The recorded cluster's PriorityClasses and node allocatable."""
+    return facts_from_lists(
+        json.loads((RECORDED / "priorityclasses.json").read_text()), json.loads((RECORDED / "nodes.json").read_text())
+    )
+
+
+# What the admin of the recorded cluster would write: its PriorityClasses are named gpu-*.
+RECORDED_POLICY = b"""
+classes:
+  inference: {priorityClassName: gpu-inference-high}
+  batch: {priorityClassName: gpu-batch-low}
+"""
+
+
+def loaded(doc: bytes | str = b"", version: str = "test") -> LoadedPolicy:
+    """A validated policy from YAML text."""
+    raw = doc.encode() if isinstance(doc, str) else doc
+    return LoadedPolicy(parse_policy(raw), version)
+
+
+def context(
+    doc: bytes | str = b"", facts: ClusterFacts | None = None, opted_in: bool = False, version: str = "test"
+) -> MutationContext:
+    """A mutation context with a policy from YAML text."""
+    policy = loaded(doc, version)
+    return MutationContext(policy.policy, policy.version, facts or ClusterFacts(), opted_in)
+
+
+def make_pod(
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    namespace: str = "team-a",
+    owner: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod as the API server hands it to webhooks (priority resolved, default tolerations present)."""
+    metadata: dict[str, Any] = {"name": "p", "namespace": namespace, "labels": labels or {}}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if owner:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": str(uuid.uuid4()), "controller": True}
+        ]
+    body: dict[str, Any] = {
+        "containers": containers or [{"name": "main", "image": "img"}],
+        "priority": 0,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "tolerations": [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            }
+        ],
+    }
+    body.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+
+
+def admission_review(pod: dict[str, Any], dry_run: bool = False, uid: str | None = None) -> dict[str, Any]:
+    """Wrap a pod in an AdmissionReview v1 request."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid or str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": pod["metadata"].get("namespace"),
+            "operation": "CREATE",
+            "object": pod,
+            "dryRun": dry_run,
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def ca() -> KeyPair:
+    """One CA per test session (issuing is the slow part)."""
+    return issue_ca("gpupack-test-ca")
+
+
+@pytest.fixture
+def tls_dir(tmp_path: Path, ca: KeyPair) -> Path:
+    """A directory with ca.crt, tls.crt and tls.key for 127.0.0.1 and localhost."""
+    write_pair(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]))
+    return tmp_path

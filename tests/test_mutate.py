@@ -1,0 +1,324 @@
+"""The admission decision, case by case: sizing, placement, priority, conflicts, refusals, audit mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from gpupack.cluster import PriorityClassInfo, facts
+from tests.conftest import W, context, make_pod
+from webhook.mutate import InvalidObject, plan
+
+
+def mutated(pod: dict[str, Any], doc: str = "", **kwargs: Any) -> tuple[dict[str, Any], list[str]]:
+    decision = plan(pod, pod["metadata"].get("namespace"), context(doc, **kwargs))
+    assert decision.allowed, decision.message
+    return jsonpatch.apply_patch(pod, decision.ops), decision.warnings
+
+
+def gpu_of(pod: dict[str, Any], index: int = 0) -> dict[str, str]:
+    resources = pod["spec"]["containers"][index].get("resources", {})
+    return {k: v for k, v in resources.get("limits", {}).items() if k.startswith("nvidia.com/")}
+
+
+A100_40_MIXED = frozenset({"nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb"})
+
+
+@pytest.mark.parametrize(
+    ("labels", "advertised", "expected"),
+    [
+        ({"gpu-memory": "8Gi"}, None, {"nvidia.com/mig-1g.10gb": "1"}),
+        ({"gpu-memory": "5Gi"}, None, {"nvidia.com/mig-1g.5gb": "1"}),
+        ({"gpu-memory": "16Gi"}, None, {"nvidia.com/mig-1g.18gb": "1"}),
+        ({"gpu-memory": "40Gi"}, None, {"nvidia.com/mig-3g.40gb": "1"}),
+        ({"gpu-memory": "8Gi"}, A100_40_MIXED, {"nvidia.com/mig-2g.10gb": "1"}),
+        ({"gpu-memory": "12Gi"}, A100_40_MIXED, {"nvidia.com/mig-3g.20gb": "1"}),
+        ({"gpu-memory": "200Gi"}, None, {"nvidia.com/gpu": "1"}),
+        ({"gpu-memory": "21Gi"}, A100_40_MIXED, {"nvidia.com/gpu": "1"}),
+        ({}, None, {"nvidia.com/mig-1g.10gb": "1"}),
+        ({"latency": "tolerant"}, None, {"nvidia.com/gpu.shared": "1"}),
+        ({"sharing": "exclusive"}, None, {"nvidia.com/gpu": "1"}),
+        ({"gpus": "2"}, None, {"nvidia.com/gpu": "2"}),
+        ({"gpu-memory": "8Gi"}, frozenset({"nvidia.com/gpu"}), {"nvidia.com/gpu": "1"}),
+    ],
+)
+def test_inference_gets_the_smallest_fitting_gpu(
+    labels: dict[str, str], advertised: frozenset[str] | None, expected: dict[str, str]
+) -> None:
+    pod = make_pod({W + "workload": "inference", **{W + k: v for k, v in labels.items()}})
+    after, _ = mutated(pod, facts=facts(None, advertised))
+    assert gpu_of(after) == expected
+    requests = after["spec"]["containers"][0]["resources"]["requests"]
+    assert {k: v for k, v in requests.items() if k.startswith("nvidia.com/")} == expected
+
+
+def test_inference_without_gpu_memory_warns_how_to_set_it() -> None:
+    _, warnings = mutated(make_pod({W + "workload": "inference"}))
+    assert any("no gpupack.io/gpu-memory label" in w and "gpupack.io/gpu-memory=8Gi" in w for w in warnings)
+
+
+def test_model_larger_than_every_profile_gets_a_whole_gpu_with_a_warning() -> None:
+    _, warnings = mutated(make_pod({W + "workload": "inference", W + "gpu-memory": "200Gi"}))
+    assert any("exceeds the largest MIG profile" in w for w in warnings)
+
+
+def test_profiles_of_equal_memory_prefer_fewer_compute_slices() -> None:
+    # 1g.10gb and 2g.10gb both have 10 GB: the 1-slice profile wins.
+    after, _ = mutated(make_pod({W + "workload": "inference", W + "gpu-memory": "9Gi"}))
+    assert gpu_of(after) == {"nvidia.com/mig-1g.10gb": "1"}
+
+
+def test_inference_is_kept_off_spot_and_gets_priority_from_the_policy() -> None:
+    after, _ = mutated(make_pod({W + "workload": "inference"}))
+    spec = after["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "node-type", "operator": "NotIn", "values": ["spot"]}]}]
+    assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == (
+        "gpupack-inference",
+        100000,
+        "PreemptLowerPriority",
+    )
+
+
+def test_existing_required_terms_each_get_the_spot_exclusion() -> None:
+    terms = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+    ]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    after, _ = mutated(make_pod({W + "workload": "inference"}, affinity=affinity))
+    new_terms = after["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    exclusion = {"key": "node-type", "operator": "NotIn", "values": ["spot"]}
+    assert all(exclusion in t["matchExpressions"] for t in new_terms["nodeSelectorTerms"])
+    assert new_terms["nodeSelectorTerms"][1]["matchFields"] == terms[1]["matchFields"]
+
+
+def test_training_prefers_spot_tolerates_it_and_is_not_evicted_without_checkpoints() -> None:
+    after, _ = mutated(make_pod({W + "workload": "training", W + "gpus": "4"}))
+    spec = after["spec"]
+    assert gpu_of(after) == {"nvidia.com/gpu": "4"}
+    preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred == [
+        {"weight": 80, "preference": {"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["spot"]}]}}
+    ]
+    assert {"key": "node-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"} in spec["tolerations"]
+    assert after["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+
+
+def test_training_that_checkpoints_may_be_evicted() -> None:
+    after, _ = mutated(make_pod({W + "workload": "training", W + "checkpoint": "true"}))
+    assert "cluster-autoscaler.kubernetes.io/safe-to-evict" not in after["metadata"]["annotations"]
+
+
+def test_batch_requires_spot_and_gets_the_low_priority_class() -> None:
+    after, _ = mutated(make_pod({W + "workload": "batch"}))
+    spec = after["spec"]
+    assert spec["nodeSelector"] == {"node-type": "spot"}
+    assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == ("gpupack-batch", -100, "Never")
+    assert gpu_of(after) == {"nvidia.com/gpu.shared": "1"}
+
+
+def test_statefulset_pod_never_goes_to_spot_even_in_a_spot_class() -> None:
+    after, _ = mutated(make_pod({W + "workload": "batch"}, owner="StatefulSet"))
+    assert "nodeSelector" not in after["spec"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in after["spec"]["affinity"]["nodeAffinity"]
+
+
+def test_every_container_gets_cpu_and_memory_requests_capped_by_limits() -> None:
+    containers = [
+        {"name": "main", "image": "i"},
+        {"name": "side", "image": "i", "resources": {"limits": {"memory": "512Mi"}, "requests": {"cpu": "100m"}}},
+    ]
+    init = [{"name": "init", "image": "i"}, {"name": "proxy", "image": "i", "restartPolicy": "Always"}]
+    after, _ = mutated(make_pod({W + "workload": "inference"}, containers=containers, initContainers=init))
+    spec = after["spec"]
+    assert spec["containers"][0]["resources"]["requests"]["cpu"] == "1"
+    assert spec["containers"][1]["resources"]["requests"] == {"cpu": "100m", "memory": "512Mi"}
+    assert "resources" not in spec["initContainers"][0]  # a plain init container is left alone
+    assert spec["initContainers"][1]["resources"]["requests"] == {"cpu": "1", "memory": "4Gi"}
+    assert gpu_of(after, 1) == {}
+
+
+def test_gpu_goes_to_the_container_named_by_annotation() -> None:
+    containers = [{"name": "proxy", "image": "i"}, {"name": "model", "image": "i"}]
+    pod = make_pod({W + "workload": "inference"}, {W + "container": "model"}, containers=containers)
+    after, _ = mutated(pod)
+    assert gpu_of(after, 0) == {}
+    assert gpu_of(after, 1) == {"nvidia.com/mig-1g.10gb": "1"}
+
+
+def test_gpu_stays_with_the_container_that_already_asks_for_one() -> None:
+    containers = [
+        {"name": "proxy", "image": "i"},
+        {"name": "model", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+    ]
+    after, _ = mutated(make_pod({W + "workload": "training"}, containers=containers))
+    assert gpu_of(after, 0) == {}
+
+
+def test_explicit_gpu_in_the_pod_wins_with_a_conflict_warning() -> None:
+    resources = {"limits": {"nvidia.com/mig-3g.20gb": "1"}, "requests": {"nvidia.com/mig-3g.20gb": "1"}}
+    pod = make_pod(
+        {W + "workload": "inference", W + "gpu-memory": "8Gi"},
+        containers=[{"name": "m", "image": "i", "resources": resources}],
+    )
+    after, warnings = mutated(pod)
+    assert gpu_of(after) == {"nvidia.com/mig-3g.20gb": "1"}
+    assert any("kept the pod's nvidia.com/mig-3g.20gb=1" in w for w in warnings)
+
+
+def test_enforced_gpu_replaces_what_the_pod_wrote() -> None:
+    resources = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    pod = make_pod(
+        {W + "workload": "inference", W + "gpu-memory": "8Gi"},
+        containers=[{"name": "m", "image": "i", "resources": resources}],
+    )
+    after, warnings = mutated(pod, "enforce: [gpu]")
+    assert gpu_of(after) == {"nvidia.com/mig-1g.10gb": "1"}
+    assert "nvidia.com/gpu" not in after["spec"]["containers"][0]["resources"]["requests"]
+    assert any("enforces the GPU resource" in w for w in warnings)
+
+
+def test_pod_priority_class_wins_unless_enforced() -> None:
+    pod = make_pod({W + "workload": "inference"}, priorityClassName="mine", priority=5)
+    after, warnings = mutated(pod)
+    assert (after["spec"]["priorityClassName"], after["spec"]["priority"]) == ("mine", 5)
+    assert any("kept priorityClassName mine" in w for w in warnings)
+    after, _ = mutated(pod, "enforce: [priority]")
+    assert (after["spec"]["priorityClassName"], after["spec"]["priority"]) == ("gpupack-inference", 100000)
+
+
+def test_priority_values_come_from_the_api_when_it_was_read() -> None:
+    api = facts({"gpupack-inference": PriorityClassInfo(777, "Never")}, None)
+    after, _ = mutated(make_pod({W + "workload": "inference"}), facts=api)
+    assert (after["spec"]["priority"], after["spec"]["preemptionPolicy"]) == (777, "Never")
+
+
+def test_priority_class_missing_everywhere_is_left_out_with_a_warning() -> None:
+    doc = "classes: {inference: {priorityClassName: nowhere}}"
+    after, warnings = mutated(make_pod({W + "workload": "inference"}), doc)
+    assert "priorityClassName" not in after["spec"] and after["spec"]["priority"] == 0
+    assert any("PriorityClass nowhere not found" in w for w in warnings)
+
+
+def test_pod_that_selects_spot_keeps_it_unless_spot_is_enforced() -> None:
+    pod = make_pod({W + "workload": "inference"}, nodeSelector={"node-type": "spot"})
+    after, warnings = mutated(pod)
+    assert after["spec"]["nodeSelector"] == {"node-type": "spot"} and "affinity" not in after["spec"]
+    assert any("selects spot nodes, kept" in w for w in warnings)
+    after, _ = mutated(pod, "enforce: [spot]")
+    assert after["spec"]["nodeSelector"] == {}
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in after["spec"]["affinity"]["nodeAffinity"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "named", "valid"),
+    [
+        ({"workload": "serving"}, None, "gpupack.io/workload", "inference | training | batch"),
+        ({"workload": "inference", "gpu-memory": "lots"}, None, "gpupack.io/gpu-memory", "8Gi"),
+        ({"workload": "inference", "gpu-memory": "0"}, None, "gpupack.io/gpu-memory", "positive"),
+        ({"workload": "training", "gpus": "-1"}, None, "gpupack.io/gpus", "1 to 64"),
+        ({"workload": "training", "gpus": "two"}, None, "gpupack.io/gpus", "1 to 64"),
+        ({"workload": "inference", "latency": "fast"}, None, "gpupack.io/latency", "critical | tolerant"),
+        ({"workload": "inference", "sharing": "mps"}, None, "gpupack.io/sharing", "mig | time-slicing | exclusive"),
+        ({"workload": "inference", "checkpoint": "yes"}, None, "gpupack.io/checkpoint", "true | false"),
+        (
+            {"workload": "inference", "latency": "critical", "sharing": "time-slicing"},
+            None,
+            "gpupack.io/sharing",
+            "mig or exclusive",
+        ),
+        ({"workload": "training", "gpus": "2", "sharing": "mig"}, None, "gpupack.io/gpus", "exclusive"),
+        ({"workload": "inference"}, {"container": "ghost"}, "gpupack.io/container", "main"),
+    ],
+)
+def test_invalid_labels_are_refused_with_the_label_and_valid_values(
+    labels: dict[str, str], annotations: dict[str, str] | None, named: str, valid: str
+) -> None:
+    pod = make_pod({W + k: v for k, v in labels.items()}, {W + k: v for k, v in (annotations or {}).items()})
+    decision = plan(pod, "team-a", context())
+    assert not decision.allowed and decision.outcome == "denied"
+    assert named in decision.message and valid in decision.message
+    assert decision.ops == []
+
+
+@pytest.mark.parametrize(
+    ("pod", "opted_in", "reason"),
+    [
+        (make_pod({"app": "web"}), False, "not opted in"),
+        (make_pod({W + "workload": "inference"}, namespace="kube-system"), False, "never touched"),
+        (make_pod({W + "workload": "inference"}, namespace="gpupack-system"), False, "never touched"),
+        (make_pod({W + "workload": "inference"}, {"kubernetes.io/config.mirror": "x"}), False, "mirror"),
+        (make_pod({"app": "web"}), True, "no GPU requested"),
+    ],
+)
+def test_pods_outside_the_policy_are_admitted_untouched(pod: dict[str, Any], opted_in: bool, reason: str) -> None:
+    decision = plan(pod, pod["metadata"]["namespace"], context(opted_in=opted_in))
+    assert decision.allowed and decision.ops == [] and decision.outcome == "skipped"
+    assert reason in decision.message
+
+
+def test_ignored_namespaces_from_the_policy_are_never_touched() -> None:
+    pod = make_pod({W + "workload": "inference"}, namespace="legacy")
+    assert plan(pod, "legacy", context("ignoredNamespaces: [legacy]")).outcome == "skipped"
+
+
+def test_gpu_pod_in_an_opted_in_namespace_gets_the_default_class() -> None:
+    resources = {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    pod = make_pod(containers=[{"name": "m", "image": "i", "resources": resources}])
+    after, _ = mutated(pod, "defaultClass: training", opted_in=True)
+    assert after["metadata"]["annotations"]["gpupack.io/class"] == "training"
+
+
+def test_audit_mode_changes_nothing_but_records_what_it_would_do() -> None:
+    pod = make_pod({W + "workload": "inference"})
+    decision = plan(pod, "team-a", context("mode: audit"))
+    assert decision.outcome == "audited"
+    assert [op["path"] for op in decision.ops] == ["/metadata/annotations"]
+    record = decision.ops[0]["value"]["gpupack.io/audit"]
+    assert "nvidia.com/mig-1g.10gb" in record and "never on spot" in record
+    assert all(w.startswith("gpupack audit, would:") for w in decision.warnings)
+    assert decision.audit_annotations["would"]
+
+
+def test_audit_mode_admits_invalid_labels_and_says_it_would_refuse() -> None:
+    decision = plan(make_pod({W + "workload": "serving"}), "team-a", context("mode: audit"))
+    assert decision.allowed and decision.ops == []
+    assert "would refuse" in decision.warnings[0]
+
+
+def test_every_warning_fits_in_120_characters() -> None:
+    long_name = "x" * 200
+    pod = make_pod({W + "workload": "inference"}, priorityClassName=long_name)
+    _, warnings = mutated(pod)
+    assert warnings and all(len(w) <= 120 for w in warnings)
+
+
+def test_annotation_keys_are_escaped_in_patch_paths() -> None:
+    decision = plan(make_pod({W + "workload": "training"}, {}), "team-a", context())
+    paths = [op["path"] for op in decision.ops]
+    assert "/metadata/annotations/cluster-autoscaler.kubernetes.io~1safe-to-evict" in paths
+    assert "/metadata/annotations/gpupack.io~1policy-version" in paths
+
+
+def test_policy_version_is_recorded_and_a_new_version_updates_it() -> None:
+    pod = make_pod({W + "workload": "inference"})
+    after, _ = mutated(pod)
+    again = plan(after, "team-a", context(version="v2"))
+    assert again.ops == [{"op": "replace", "path": "/metadata/annotations/gpupack.io~1policy-version", "value": "v2"}]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"metadata": {}, "spec": {"containers": []}},
+        {"metadata": {}, "spec": {"containers": "no"}},
+        {"metadata": {"labels": "x"}, "spec": {"containers": [{"name": "a"}]}},
+        {"metadata": {}},
+    ],
+)
+def test_unreadable_pod_raises_invalid_object_naming_the_field(raw: dict[str, Any]) -> None:
+    with pytest.raises(InvalidObject, match=r"request\.object\."):
+        plan(raw, "team-a", context())

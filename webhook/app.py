@@ -1,0 +1,130 @@
+"""The webhook's HTTP layer: parse the AdmissionReview, call the pure planner, serialise the answer.
+
+Routes: `POST /mutate` for pods that opted in by label, `POST /mutate/opted-in-namespace` for pods of a
+namespace labelled `gpupack.io/enabled: "true"` (the API server's namespaceSelector decides which path is
+called), plus `/healthz`, `/readyz`, `/metrics`. No input yields a 500: bad bodies get 400/408/413, and an
+unexpected error is logged with the request uid and answered as a refusal with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gpupack.kube import ClusterFactsCache
+from gpupack.policy_store import PolicyStore
+from gpupack.server import BodyTimeout, add_standard_routes, read_body
+from webhook.metrics import WebhookMetrics
+from webhook.mutate import Decision, InvalidObject, MutationContext, plan
+from webhook.review import BadReview, build_response, error_response, parse_review
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server's largest object is 1.5 MiB; a review carries one
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings:
+    """Limits of the HTTP layer."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout: float = 10.0
+
+
+@dataclass(slots=True)
+class WebhookState:
+    """What the handler needs: the policy in force, the cluster snapshot, metrics and limits."""
+
+    policy: PolicyStore
+    cluster: ClusterFactsCache
+    metrics: WebhookMetrics
+    settings: WebhookSettings
+
+
+STATE: web.AppKey[WebhookState] = web.AppKey("webhook_state")
+
+
+def _json(status: int, payload: object) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(payload), content_type="application/json")
+
+
+def _problem(state: WebhookState, status: int, reason: str, message: str) -> web.Response:
+    state.metrics.bad_requests.labels(reason).inc()
+    return _json(status, {"error": message})
+
+
+def _record(state: WebhookState, decision: Decision, dry_run: bool) -> None:
+    metrics = state.metrics
+    metrics.admissions.labels(decision.outcome, decision.workload, str(dry_run).lower()).inc()
+    mode = "audit" if decision.outcome == "audited" else "enforce"
+    for kind in decision.change_kinds:
+        metrics.mutations.labels(kind, mode).inc()
+    if decision.outcome == "audited":
+        log.info("audit: would %s", decision.message)
+
+
+async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Response:
+    state = request.app[STATE]
+    started = time.perf_counter()
+    try:
+        body = await read_body(request, state.settings.body_timeout)
+    except BodyTimeout as exc:
+        return _problem(state, 408, "timeout", str(exc))
+    except web.HTTPRequestEntityTooLarge:
+        limit = state.settings.max_body_bytes
+        return _problem(state, 413, "too_large", f"the request body exceeds the {limit}-byte limit")
+    try:
+        review = parse_review(body)
+    except BadReview as exc:
+        return _problem(state, 400, "not_admission_review", str(exc))
+    req = review.request
+    uid = req.uid
+    try:
+        if req.kind.kind != "Pod" or req.operation != "CREATE" or req.object is None:
+            decision = Decision(True, "skipped", message=f"{req.operation} {req.kind.kind} is not handled")
+        else:
+            loaded = state.policy.current
+            context = MutationContext(loaded.policy, loaded.version, state.cluster.facts, namespace_opted_in)
+            decision = plan(req.object, req.namespace, context)
+        payload = build_response(uid, decision)
+        _record(state, decision, bool(req.dry_run))
+    except InvalidObject as exc:
+        return _problem(state, 400, "invalid_object", str(exc))
+    except Exception:
+        log.exception("admission failed", extra={"uid": uid, "pod": f"{req.namespace}/{req.name}"})
+        state.metrics.admissions.labels("error", "none", str(bool(req.dry_run)).lower()).inc()
+        payload = error_response(uid, f"gpupack: internal error while admitting this pod (request uid {uid})")
+    state.metrics.latency.observe(time.perf_counter() - started)
+    return _json(200, payload)
+
+
+async def mutate(request: web.Request) -> web.Response:
+    """Pods that opted in by label."""
+    return await _handle(request, namespace_opted_in=False)
+
+
+async def mutate_opted_in_namespace(request: web.Request) -> web.Response:
+    """Pods of a namespace that opted in as a whole."""
+    return await _handle(request, namespace_opted_in=True)
+
+
+def make_app(
+    policy: PolicyStore,
+    cluster: ClusterFactsCache,
+    registry: CollectorRegistry,
+    settings: WebhookSettings | None = None,
+    metrics: WebhookMetrics | None = None,
+) -> web.Application:
+    """The webhook application; background tasks (policy and cluster refresh) are the caller's to start."""
+    settings = settings or WebhookSettings()
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[STATE] = WebhookState(policy, cluster, metrics or WebhookMetrics(registry), settings)
+    app.router.add_post("/mutate", mutate)
+    app.router.add_post("/mutate/opted-in-namespace", mutate_opted_in_namespace)
+    add_standard_routes(app, registry, ready=lambda: True)
+    return app

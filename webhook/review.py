@@ -1,0 +1,99 @@
+"""AdmissionReview v1 on the wire: parse a request strictly, build a response from a Decision.
+
+Two kinds of failure stay apart (kopf's AdmissionError / WebhookError):
+    BadReview      the body is not an AdmissionReview v1 -> HTTP 400, nothing admitted or denied
+    Decision(allowed=False)  a policy denial -> HTTP 200, `allowed: false`, `status.code` 400 and a message
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from webhook.mutate import Decision
+from webhook.patches import encode_patch
+
+API_VERSION = "admission.k8s.io/v1"
+
+
+class BadReview(ValueError):
+    """The request body is not a usable AdmissionReview v1; the message says what is wrong."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+class GroupVersionKind(_Wire):
+    """`request.kind`: what the object is."""
+
+    group: str = ""
+    version: str = ""
+    kind: str
+
+
+class AdmissionRequest(_Wire):
+    """The fields of `request` the webhook reads (admission/v1 types.go)."""
+
+    uid: str = Field(min_length=1)
+    kind: GroupVersionKind
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    namespace: str | None = None
+    name: str | None = None
+    object: dict[str, Any] | None = None
+    dry_run: bool | None = None
+
+
+class AdmissionReview(_Wire):
+    """The envelope; only v1 is served (the registration lists `admissionReviewVersions: ["v1"]`)."""
+
+    api_version: Literal["admission.k8s.io/v1"]
+    kind: Literal["AdmissionReview"]
+    request: AdmissionRequest
+
+
+def parse_review(body: bytes) -> AdmissionReview:
+    """Parse a request body; raises BadReview naming the problem (`request.uid: Field required`)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"the body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BadReview("the body must be a JSON object (an AdmissionReview)")
+    try:
+        return AdmissionReview.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(body)"
+        raise BadReview(f"not an AdmissionReview v1: {where}: {err['msg']}") from exc
+
+
+def build_response(uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionReview answering `uid` with `decision`."""
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {"status": "Failure", "code": 400, "reason": "BadRequest", "message": decision.message}
+    elif decision.ops:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = encode_patch(decision.ops)
+    if decision.warnings:
+        response["warnings"] = decision.warnings
+    if decision.audit_annotations:
+        response["auditAnnotations"] = decision.audit_annotations
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def error_response(uid: str, message: str) -> dict[str, Any]:
+    """A refusal for an internal error: the pod is not created unmutated, and the reason is visible."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": uid,
+            "allowed": False,
+            "status": {"status": "Failure", "code": 500, "reason": "InternalError", "message": message},
+        },
+    }

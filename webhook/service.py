@@ -1,0 +1,71 @@
+"""Assemble and run the webhook server: policy store, cluster snapshot, metrics, background refreshers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from gpupack.kube import ClusterFactsCache, KubeClusterReader, api_client
+from gpupack.policy_store import PolicyStore, load_policy_file
+from gpupack.server import ServeOptions, serve_forever
+from gpupack.telemetry import ClusterReadMetrics, PolicyMetrics
+from webhook.app import WebhookSettings, make_app
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookConfig:
+    """Everything `gpupack webhook` is told on its command line."""
+
+    policy_file: Path | None
+    serve: ServeOptions
+    settings: WebhookSettings = field(default_factory=WebhookSettings)
+    policy_poll_seconds: float = 5.0
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+
+
+def build_app(config: WebhookConfig, registry: CollectorRegistry | None = None) -> web.Application:
+    """The webhook app with its refreshers attached to its lifetime (`cleanup_ctx`).
+
+    Raises PolicyError or OSError when the policy file is invalid or unreadable: refusing to start beats
+    starting with a policy nobody wrote.
+    """
+    registry = registry or CollectorRegistry()
+    policy_metrics = PolicyMetrics(registry)
+    store = PolicyStore(
+        config.policy_file,
+        load_policy_file(config.policy_file),
+        on_reload=policy_metrics.loaded,
+        on_failure=policy_metrics.failed,
+    )
+    reader = None
+    if config.kubeconfig is not None or config.in_cluster:
+        reader = KubeClusterReader(api_client(config.kubeconfig, config.in_cluster))
+    cluster = ClusterFactsCache(reader, ClusterReadMetrics(registry))
+    app = make_app(store, cluster, registry, config.settings)
+
+    async def refreshers(_app: web.Application) -> AsyncIterator[None]:
+        await cluster.refresh()  # first read before serving, so the first pods already see the API's values
+        tasks = [
+            asyncio.create_task(store.watch(config.policy_poll_seconds)),
+            asyncio.create_task(cluster.run(lambda: store.policy.cluster.refresh_seconds)),
+        ]
+        yield
+        for task in tasks:
+            task.cancel()
+
+    app.cleanup_ctx.append(refreshers)
+    return app
+
+
+async def run(config: WebhookConfig) -> None:
+    """Serve until SIGTERM."""
+    await serve_forever(build_app(config), config.serve)
