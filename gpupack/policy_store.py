@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupack.policy import Policy, PolicyError, parse_policy, policy_version
-from gpupack.watch import files_digest, poll_changes
+from gpupack.watch import poll_changes
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,11 @@ class PolicyStore:
         return True
 
     async def watch(self, interval: float) -> None:
-        """Poll the file until cancelled (ConfigMap volumes update by symlink swap, without events)."""
+        """Poll the file until cancelled (ConfigMap volumes update by symlink swap, without events).
+
+        The first poll always re-reads: the file may have changed between loading and watching, and `reload()`
+        ignores a version equal to the one in force.
+        """
         if self.path is None:
             return
-        await poll_changes([self.path], interval, self.reload, files_digest([self.path]))
+        await poll_changes([self.path], interval, self.reload, initial=None)

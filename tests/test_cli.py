@@ -1,0 +1,121 @@
+"""The `gpupack` command line: help texts, offline preview, certificate issuing, configuration errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from gpupack.cli import main
+from tests.conftest import ADMISSION, RECORDED, W, make_pod, recorded_text
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpupack", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("command", [[], ["webhook"], ["mutate"], ["certs"], ["demo"]])
+def test_every_command_explains_itself(command: list[str]) -> None:
+    result = run(*command, "--help")
+    assert result.returncode == 0 and "usage: gpupack" in result.stdout
+    assert len(result.stdout.splitlines()) > 5
+
+
+def test_mutate_json_previews_a_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod_file = tmp_path / "pod.yaml"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "batch"})))
+    assert main(["mutate", str(pod_file), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"allowed", "message", "patch", "warnings", "pod"}
+    assert out["allowed"] is True and out["pod"]["spec"]["nodeSelector"] == {"node-type": "spot"}
+
+
+def test_mutate_reads_an_admission_review_with_cluster_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    review = tmp_path / "review.json"
+    review.write_text(recorded_text(ADMISSION / "000-mutate-llm-infer-7b-abc12.json"))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("classes: {inference: {priorityClassName: gpu-inference-high}}")
+    code = main(
+        [
+            "mutate",
+            str(review),
+            "--config",
+            str(policy),
+            "--json",
+            "--priority-classes",
+            str(RECORDED / "priorityclasses.json"),
+            "--nodes",
+            str(RECORDED / "nodes.json"),
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["pod"]["spec"]["priority"] == 100000
+    assert out["pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-2g.10gb"] == "1"
+
+
+def test_mutate_of_an_invalid_pod_reports_denied(tmp_path: Path) -> None:
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "gaming"})))
+    result = run("mutate", str(pod_file))
+    assert result.returncode == 1 and "DENIED" in result.stdout and "gpupack.io/workload" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("kind: Service\n", "expected a Pod or an AdmissionReview"), ("- 1\n", "must hold one"), ("a: [\n", "not YAML")],
+)
+def test_mutate_rejects_other_documents_clearly(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(content)
+    result = run("mutate", str(path))
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_certs_issue_the_service_names_and_print_the_ca_bundle(tmp_path: Path) -> None:
+    result = run("certs", "--out", str(tmp_path), "--service", "gpupack-webhook", "--ip", "127.0.0.1")
+    assert result.returncode == 0
+    assert base64.b64decode(result.stdout.strip()) == (tmp_path / "ca.crt").read_bytes()
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == [
+        "gpupack-webhook",
+        "gpupack-webhook.gpupack-system",
+        "gpupack-webhook.gpupack-system.svc",
+    ]
+    assert (tmp_path / "tls.key").stat().st_mode & 0o777 == 0o600
+    again = run("certs", "--out", str(tmp_path), "--dns", "x")
+    assert again.stdout == result.stdout  # the CA is reused: the caBundle stays valid
+
+
+def test_webhook_refuses_to_start_with_an_invalid_policy(tmp_path: Path, tls_dir: Path) -> None:
+    policy = tmp_path / "bad.yaml"
+    policy.write_text("mode: yolo\n")
+    result = run(
+        "webhook",
+        "--config",
+        str(policy),
+        "--cert-file",
+        str(tls_dir / "tls.crt"),
+        "--key-file",
+        str(tls_dir / "tls.key"),
+    )
+    assert result.returncode == 2 and "mode" in result.stderr and "bad.yaml" in result.stderr
+
+
+def test_webhook_refuses_to_start_without_readable_certificates(tmp_path: Path) -> None:
+    result = run("webhook", "--cert-file", str(tmp_path / "no.crt"), "--key-file", str(tmp_path / "no.key"))
+    assert result.returncode == 2 and "gpupack webhook:" in result.stderr
+
+
+def test_demo_runs_end_to_end(tmp_path: Path) -> None:
+    result = run("demo", "--workdir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "DENIED" in result.stdout and "nvidia.com/mig-1g.10gb" in result.stdout
+    assert 'outcome="mutated"' in result.stdout
