@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from decimal import Decimal
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -144,9 +145,9 @@ class MigProfileSpec(_Model):
         """The extended resource name."""
         return contract.mig_resource(self.name)
 
-    @property
+    @cached_property
     def memory_bytes(self) -> Decimal:
-        """Memory in bytes."""
+        """Memory in bytes (parsed once: sizing compares it on every admission)."""
         return parse_quantity(self.memory)
 
 
@@ -242,9 +243,15 @@ class Policy(_Model):
                 raise ValueError(f"migProfiles: {name} is listed with different memory sizes")
         return self
 
+    @cached_property
     def never_touched(self) -> frozenset[str]:
         """Namespaces the webhook admits untouched, whatever their labels."""
         return frozenset({"kube-system", self.gpupack_namespace, *self.ignored_namespaces})
+
+    @cached_property
+    def profiles_by_size(self) -> tuple[MigProfileSpec, ...]:
+        """MIG profiles, smallest first: least memory, then fewest compute slices, then name."""
+        return tuple(sorted(self.mig_profiles, key=lambda p: (p.memory_bytes, p.compute_slices, p.name)))
 
     def enforces(self, field: EnforcedField) -> bool:
         """Whether the policy overrides the pod's own value of `field`."""

@@ -23,7 +23,7 @@ def test_empty_document_is_the_guides_policy() -> None:
     assert (policy.classes.batch.sharing, policy.classes.batch.spot) == ("time-slicing", "require")
     assert policy.time_slicing.resource_name == "nvidia.com/gpu.shared"
     assert (policy.spot.label.key, policy.spot.label.value) == ("node-type", "spot")
-    assert {"kube-system", "gpupack-system"} <= policy.never_touched()
+    assert {"kube-system", "gpupack-system"} <= policy.never_touched
     names = {p.name for p in policy.mig_profiles}
     assert {"1g.5gb", "1g.10gb", "3g.40gb", "7g.80gb", "1g.18gb", "7g.141gb"} <= names
 

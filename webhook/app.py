@@ -85,7 +85,7 @@ async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Respons
     req = review.request
     uid = req.uid
     try:
-        if req.kind.kind != "Pod" or req.operation != "CREATE" or req.object is None:
+        if req.kind.kind != "Pod" or req.operation != "CREATE":
             decision = Decision(True, "skipped", message=f"{req.operation} {req.kind.kind} is not handled")
         else:
             loaded = state.policy.current

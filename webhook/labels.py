@@ -81,9 +81,9 @@ def read_request(pod: Pod, default_class: WorkloadClass) -> WorkloadRequest:
     Raises LabelError for an unknown class, a malformed quantity or count, an unknown latency, sharing or
     checkpoint value, or labels that contradict each other.
     """
-    workload = cast(WorkloadClass, _choice(pod, contract.LABEL_WORKLOAD, contract.WORKLOAD_CLASSES) or default_class)
-    latency = cast(Latency | None, _choice(pod, contract.LABEL_LATENCY, contract.LATENCIES))
-    sharing = cast(Sharing | None, _choice(pod, contract.LABEL_SHARING, contract.SHARING_MODES))
+    workload = cast("WorkloadClass", _choice(pod, contract.LABEL_WORKLOAD, contract.WORKLOAD_CLASSES) or default_class)
+    latency = cast("Latency | None", _choice(pod, contract.LABEL_LATENCY, contract.LATENCIES))
+    sharing = cast("Sharing | None", _choice(pod, contract.LABEL_SHARING, contract.SHARING_MODES))
     checkpoint = _choice(pod, contract.LABEL_CHECKPOINT, ("true", "false")) == "true"
     gpus = _gpus(pod)
     if latency == "critical" and sharing == "time-slicing":

@@ -126,7 +126,7 @@ def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> De
     pod = parse_pod(raw)
     policy = ctx.policy
     ns = pod.metadata.namespace or namespace or ""
-    if ns in policy.never_touched():
+    if ns in policy.never_touched:
         return _skip(f"namespace {ns} is never touched")
     if contract.ANNOTATION_MIRROR_POD in pod.annotations:
         return _skip("mirror pod")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+from functools import lru_cache
 from typing import Any, Literal, NotRequired, TypedDict
 
 import orjson
@@ -27,9 +28,13 @@ class PatchOp(TypedDict):
 
 def escape(token: str | int) -> str:
     """Escape one JSON Pointer reference token (RFC 6901): `~` becomes `~0`, then `/` becomes `~1`."""
-    return str(token).replace("~", "~0").replace("/", "~1")
+    text = str(token)
+    if "~" in text or "/" in text:
+        return text.replace("~", "~0").replace("/", "~1")
+    return text
 
 
+@lru_cache(maxsize=4096)
 def pointer(path: Path) -> str:
     """The JSON Pointer of a path: `('metadata', 'annotations', 'a.io/x')` is `/metadata/annotations/a.io~1x`."""
     return "".join("/" + escape(token) for token in path)
@@ -55,56 +60,68 @@ def _nest(tokens: Path, leaf: Any) -> Any:
 
 
 class PatchBuilder:
-    """Turns intents into operations, applying each to a private copy so later intents see earlier ones.
+    """Turns intents into operations, applying each to a working view so later intents see earlier ones.
 
     Two intents that both need a missing parent (say a required and a preferred node affinity on a pod without
-    `spec.affinity`) therefore create it once and then add to it, instead of overwriting each other.
+    `spec.affinity`) therefore create it once and then add to it, instead of overwriting each other. The view
+    shares the original document and copies only the objects along a path it changes (path copying), so the
+    caller's document is never modified and an admission does not pay for copying the whole pod. Values put
+    in the view are shared with the operations but never owned: a later change below them copies them first.
     """
 
     def __init__(self, doc: dict[str, Any]) -> None:
-        self._doc = _copy(doc)
+        self._doc: dict[str, Any] = dict(doc)
+        self._owned: set[int] = {id(self._doc)}
         self._ops: list[PatchOp] = []
+
+    def _writable(self, path: Path) -> Any:
+        """The node at `path` (which must exist), copied along the way so it may be changed in place."""
+        node: Any = self._doc
+        for token in path:
+            child = node[token]
+            if id(child) not in self._owned and isinstance(child, (dict, list)):
+                child = dict(child) if isinstance(child, dict) else list(child)
+                node[token] = child
+                self._owned.add(id(child))
+            node = child
+        return node
 
     def ops(self) -> list[PatchOp]:
         """The operations so far, in order."""
         return list(self._ops)
 
-    def current(self, path: Path) -> Any:
-        """The value at `path` with the intents so far applied, or None when absent."""
+    def _locate(self, path: Path) -> tuple[Any, int]:
+        """The deepest existing node along `path` and how many tokens of it exist (one walk)."""
         node: Any = self._doc
-        for token in path:
+        for depth, token in enumerate(path):
             if isinstance(token, int):
                 if not isinstance(node, list) or not 0 <= token < len(node):
-                    return None
-                node = node[token]
+                    return node, depth
+                child = node[token]
             else:
-                if not isinstance(node, dict) or node.get(token) is None:
-                    return None
-                node = node[token]
-        return node
-
-    def _deepest(self, path: Path) -> tuple[Any, int]:
-        """The deepest existing node along `path` and the number of tokens that exist."""
-        node: Any = self._doc
-        for depth in range(len(path)):
-            nxt = self.current(path[: depth + 1])
-            if nxt is None:
-                return node, depth
-            node = nxt
+                child = node.get(token) if isinstance(node, dict) else None
+                if child is None:
+                    return node, depth
+            node = child
         return node, len(path)
 
-    def _add_missing(self, path: Path, leaf: Any) -> bool:
-        """Create the first missing parent of `path` holding `leaf`; False when `path` already exists."""
-        parent, depth = self._deepest(path)
+    def current(self, path: Path) -> Any:
+        """The value at `path` with the intents so far applied, or None when absent."""
+        node, depth = self._locate(path)
+        return node if depth == len(path) else None
+
+    def _ensure(self, path: Path, leaf: Any) -> Any:
+        """The node at `path`, or None after creating its first missing parent with `leaf` at the end."""
+        node, depth = self._locate(path)
         if depth == len(path):
-            return False
+            return node
         token = path[depth]
-        if not isinstance(token, str) or not isinstance(parent, dict):
+        if not isinstance(token, str) or not isinstance(node, dict):
             raise TypeError(f"cannot create {pointer(path[: depth + 1])}")
         value = _nest(path[depth + 1 :], leaf)
-        parent[token] = value
-        self._ops.append({"op": "add", "path": pointer(path[: depth + 1]), "value": _copy_value(value)})
-        return True
+        self._writable(path[:depth])[token] = value
+        self._ops.append({"op": "add", "path": pointer(path[: depth + 1]), "value": value})
+        return None
 
     def set(self, path: Path, key: str, value: Any) -> None:
         """The mapping at `path` must map `key` to `value`."""
@@ -112,42 +129,53 @@ class PatchBuilder:
 
     def set_many(self, path: Path, entries: dict[str, Any]) -> None:
         """The mapping at `path` must hold `entries`; a missing mapping is created once with all of them."""
-        if not entries or self._add_missing(path, dict(entries)):
+        if not entries:
             return
-        node = self.current(path)
+        node = self._ensure(path, dict(entries))
+        if node is None:
+            return
         if not isinstance(node, dict):
             raise TypeError(f"{pointer(path)} is not an object")
+        writable: dict[str, Any] | None = None
         for key, value in entries.items():
-            if node.get(key) is None:
-                self._ops.append({"op": "add", "path": pointer((*path, key)), "value": _copy_value(value)})
-            elif node[key] != value:
-                self._ops.append({"op": "replace", "path": pointer((*path, key)), "value": _copy_value(value)})
+            current = node.get(key)
+            if current is None:
+                op: Literal["add", "replace"] = "add"
+            elif current != value:
+                op = "replace"
             else:
                 continue
-            node[key] = _copy_value(value)
+            self._ops.append({"op": op, "path": pointer((*path, key)), "value": value})
+            if writable is None:
+                writable = self._writable(path)
+            writable[key] = value
 
     def remove(self, path: Path, key: str) -> None:
         """The mapping at `path` must not contain `key`."""
         node = self.current(path)
         if isinstance(node, dict) and key in node:
-            del node[key]
+            del self._writable(path)[key]
             self._ops.append({"op": "remove", "path": pointer((*path, key))})
 
     def append(self, path: Path, item: Any) -> None:
         """The list at `path` must contain `item`: appended when no equal item is there, created when missing."""
-        if self._add_missing(path, [item]):
+        node = self._ensure(path, [item])
+        if node is None:
             return
-        node = self.current(path)
         if not isinstance(node, list):
             raise TypeError(f"{pointer(path)} is not a list")
         if item not in node:
-            node.append(_copy_value(item))
-            self._ops.append({"op": "add", "path": pointer((*path, "-")), "value": _copy_value(item)})
+            self._writable(path).append(item)
+            self._ops.append({"op": "add", "path": pointer((*path, "-")), "value": item})
 
 
 def _copy_value(value: Any) -> Any:
     """Values in ops and in the working copy must not share mutable parts."""
-    return copy.deepcopy(value) if isinstance(value, dict | list) else value
+    if isinstance(value, dict):
+        return _copy(value)
+    if isinstance(value, list):
+        return _copy({"v": value})["v"]
+    return value
 
 
 def _parent(doc: Any, tokens: list[str]) -> Any:

@@ -43,7 +43,8 @@ class AdmissionRequest(_Wire):
     operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
     namespace: str | None = None
     name: str | None = None
-    object: dict[str, Any] | None = None
+    object: Any = None
+    """The Pod; validated by the planner's partial model, not twice."""
     dry_run: bool | None = None
 
 

@@ -29,16 +29,18 @@ class GpuChoice:
 
 
 def offered_profiles(policy: Policy, advertised: frozenset[str] | None) -> list[MigProfileSpec]:
-    """Profiles of the policy that some node advertises; all of them when advertising is unknown."""
+    """Profiles of the policy that some node advertises (all when that is unknown), smallest first."""
     if advertised is None:
-        return list(policy.mig_profiles)
-    return [p for p in policy.mig_profiles if p.resource in advertised]
+        return list(policy.profiles_by_size)
+    return [p for p in policy.profiles_by_size if p.resource in advertised]
 
 
 def smallest_fitting(profiles: Iterable[MigProfileSpec], memory: Decimal) -> MigProfileSpec | None:
-    """The profile with at least `memory`, least memory first, then fewest compute slices, then name."""
-    fitting = [p for p in profiles if p.memory_bytes >= memory]
-    return min(fitting, key=lambda p: (p.memory_bytes, p.compute_slices, p.name), default=None)
+    """The profile with at least `memory`: least memory first, then fewest compute slices, then name.
+
+    `profiles` come smallest first (Policy.profiles_by_size), so the first that fits is the answer.
+    """
+    return next((p for p in profiles if p.memory_bytes >= memory), None)
 
 
 def sharing_mode(request: WorkloadRequest, cls: ClassPolicy) -> tuple[Sharing, str]:

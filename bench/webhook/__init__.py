@@ -1,0 +1,1 @@
+"""Webhook benchmark: admissions per second and latency over TLS, against a bare aiohttp TLS server."""
