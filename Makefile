@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps bench bench-webhook clean
+.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,15 +26,20 @@ $(VENV)/.test-deps: pyproject.toml | $(BIN)/python
 run: $(VENV)/.run-deps
 	$(BIN)/gpupack demo
 
-# Debian packages the tests and benchmarks use: kubectl (kustomize), wrk (bench).
-system-deps:
-	@missing=""; \
-	command -v kubectl >/dev/null || missing="$$missing kubectl"; \
-	command -v wrk >/dev/null || missing="$$missing wrk"; \
+# Debian packages: the tests need kubectl (kustomize); the benchmarks also need wrk and taskset.
+define apt_install
+	@missing=""; for tool in $(1); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
-	  if [ -z "$(APT_GET)" ]; then echo "install:$$missing" >&2; exit 1; fi; \
+	  if [ -z "$(APT_GET)" ]; then echo "please install:$$missing" >&2; exit 1; fi; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+endef
+
+system-deps:
+	$(call apt_install,kubectl)
+
+bench-deps:
+	$(call apt_install,kubectl wrk)
 
 lint: $(VENV)/.test-deps
 	$(BIN)/ruff check .
@@ -51,7 +56,7 @@ test: lint typecheck unit
 
 bench: bench-webhook
 
-bench-webhook: $(VENV)/.test-deps system-deps
+bench-webhook: $(VENV)/.test-deps bench-deps
 	$(BIN)/python -m bench.webhook
 
 clean:

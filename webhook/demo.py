@@ -68,7 +68,7 @@ DEMO_PODS: list[tuple[str, str, dict[str, Any]]] = [
     (
         "inference, 100Gi model (larger than every MIG profile)",
         "/mutate",
-        demo_pod("llm-70b", {W + "workload": "inference", W + "gpu-memory": "100Gi"}),
+        demo_pod("llm-405b", {W + "workload": "inference", W + "gpu-memory": "200Gi"}),
     ),
     (
         "inference, latency tolerant",
