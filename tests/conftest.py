@@ -14,6 +14,7 @@ from gpupack.cluster import ClusterFacts
 from gpupack.kube import facts_from_lists
 from gpupack.policy import parse_policy
 from gpupack.policy_store import LoadedPolicy
+from webhook.demo import review
 from webhook.mutate import MutationContext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,21 +102,7 @@ def make_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
 
 
-def admission_review(pod: dict[str, Any], dry_run: bool = False, uid: str | None = None) -> dict[str, Any]:
-    """Wrap a pod in an AdmissionReview v1 request."""
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid or str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": pod["metadata"].get("namespace"),
-            "operation": "CREATE",
-            "object": pod,
-            "dryRun": dry_run,
-        },
-    }
+admission_review = review  # the demo's builder is the one wrapper of a pod in an AdmissionReview
 
 
 @pytest.fixture(scope="session")

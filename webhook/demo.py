@@ -114,20 +114,20 @@ def ensure_certs(directory: Path) -> tuple[Path, Path, Path]:
     return cert, key, ca
 
 
-def review(pod: dict[str, Any]) -> dict[str, Any]:
-    """Wrap a pod in an AdmissionReview request."""
+def review(pod: dict[str, Any], dry_run: bool = False, uid: str | None = None) -> dict[str, Any]:
+    """Wrap a pod in an AdmissionReview request, as the API server sends it for a CREATE."""
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
-            "uid": str(uuid.uuid4()),
+            "uid": uid or str(uuid.uuid4()),
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": pod["metadata"]["name"],
-            "namespace": pod["metadata"]["namespace"],
+            "name": pod["metadata"].get("name"),
+            "namespace": pod["metadata"].get("namespace"),
             "operation": "CREATE",
             "object": pod,
-            "dryRun": False,
+            "dryRun": dry_run,
         },
     }
 
