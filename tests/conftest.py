@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from gpupack.cluster import ClusterFacts
 from gpupack.kube import facts_from_lists
 from gpupack.policy import parse_policy
 from gpupack.policy_store import LoadedPolicy
-from webhook.demo import review
+from webhook.demo import demo_pod, review
 from webhook.mutate import MutationContext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,29 +76,13 @@ def make_pod(
     owner: str | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A pod as the API server hands it to webhooks (priority resolved, default tolerations present)."""
-    metadata: dict[str, Any] = {"name": "p", "namespace": namespace, "labels": labels or {}}
+    """A pod as the API server hands it to webhooks (the demo's pod, named `p`), with test overrides."""
+    pod = demo_pod("p", labels, owner=owner, namespace=namespace)
     if annotations is not None:
-        metadata["annotations"] = annotations
-    if owner:
-        metadata["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": str(uuid.uuid4()), "controller": True}
-        ]
-    body: dict[str, Any] = {
-        "containers": containers or [{"name": "main", "image": "img"}],
-        "priority": 0,
-        "preemptionPolicy": "PreemptLowerPriority",
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            }
-        ],
-    }
-    body.update(spec)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": body}
+        pod["metadata"]["annotations"] = annotations
+    pod["spec"]["containers"] = containers or [{"name": "main", "image": "img"}]
+    pod["spec"].update(spec)
+    return pod
 
 
 admission_review = review  # the demo's builder is the one wrapper of a pod in an AdmissionReview
