@@ -12,7 +12,7 @@ import gc
 import logging
 import signal
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,15 +148,18 @@ async def start_server(
     return runner, site, tasks
 
 
-async def serve_forever(
-    app: web.Application, options: ServeOptions, started: Callable[[TLSSite], Awaitable[None]] | None = None
-) -> None:
+async def stop_server(runner: web.AppRunner, tasks: list[asyncio.Task[None]]) -> None:
+    """Stop the background tasks of `start_server`, then finish requests in flight and close."""
+    for task in tasks:
+        task.cancel()
+    await runner.cleanup()
+
+
+async def serve_forever(app: web.Application, options: ServeOptions) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish requests in flight and clean up."""
-    runner, site, tasks = await start_server(app, options)
+    runner, _site, tasks = await start_server(app, options)
     # Everything loaded so far lives as long as the process: keep it out of every garbage collection.
     gc.freeze()
-    if started is not None:
-        await started(site)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -164,6 +167,4 @@ async def serve_forever(
     try:
         await stop.wait()
     finally:
-        for task in tasks:
-            task.cancel()
-        await runner.cleanup()
+        await stop_server(runner, tasks)

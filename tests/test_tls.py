@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import orjson
+import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
 from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
-from gpupack.server import ServeOptions, start_server
+from certs.tls import server_context
+from gpupack.server import ServeOptions, start_server, stop_server
 from tests.conftest import W, admission_review, make_pod
 from webhook.service import WebhookConfig, build_app
 
@@ -26,80 +29,66 @@ async def _served_serial(port: int, ca_file: Path) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
-async def test_rotation_during_a_stream_of_requests_fails_none(tls_dir: Path, ca: KeyPair) -> None:
+@pytest.fixture
+async def webhook_port(tls_dir: Path) -> AsyncIterator[int]:
+    """A running webhook on a loopback port, serving tls_dir's certificate and polling it every 50 ms."""
     app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
     options = ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key", cert_poll_seconds=0.05)
     runner, site, tasks = await start_server(app, options)
-    port, ca_file = site.bound_port(), tls_dir / "ca.crt"
+    try:
+        yield site.bound_port()
+    finally:
+        await stop_server(runner, tasks)
+
+
+async def test_rotation_during_a_stream_of_requests_fails_none(webhook_port: int, tls_dir: Path, ca: KeyPair) -> None:
+    port, ca_file = webhook_port, tls_dir / "ca.crt"
     url = f"https://127.0.0.1:{port}/mutate?timeout=5s"
     client_tls = ssl.create_default_context(cafile=str(ca_file))
     body = orjson.dumps(admission_review(make_pod({W + "workload": "inference"})))
-    try:
-        before = await _served_serial(port, ca_file)
-        # One session keeps its connection alive across the rotation; the other opens a new one per request.
-        async with (
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls)) as kept,
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls, force_close=True)) as fresh,
-        ):
+    before = await _served_serial(port, ca_file)
+    # One session keeps its connection alive across the rotation; the other opens a new one per request.
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls)) as kept,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls, force_close=True)) as fresh,
+    ):
 
-            async def one(session: aiohttp.ClientSession) -> int:
-                async with session.post(url, data=body) as resp:
-                    await resp.read()
-                    return resp.status
+        async def one(session: aiohttp.ClientSession) -> int:
+            async with session.post(url, data=body) as resp:
+                await resp.read()
+                return resp.status
 
-            statuses: list[int] = []
-            for round_ in range(40):
-                statuses += await asyncio.gather(*(one(kept if i % 2 else fresh) for i in range(6)))
-                if round_ == 10:
-                    # A Secret update: a new serving certificate from the same CA lands on disk.
-                    write_pair(tls_dir, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]))
-                await asyncio.sleep(0.01)
-        after = await _served_serial(port, ca_file)
-        assert len(statuses) == 240 and set(statuses) == {200}
-        assert before != after == x509.load_pem_x509_certificate((tls_dir / "tls.crt").read_bytes()).serial_number
-    finally:
-        for task in tasks:
-            task.cancel()
-        await runner.cleanup()
+        statuses: list[int] = []
+        for round_ in range(40):
+            statuses += await asyncio.gather(*(one(kept if i % 2 else fresh) for i in range(6)))
+            if round_ == 10:
+                # A Secret update: a new serving certificate from the same CA lands on disk.
+                write_pair(tls_dir, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]))
+            await asyncio.sleep(0.01)
+    after = await _served_serial(port, ca_file)
+    assert len(statuses) == 240 and set(statuses) == {200}
+    assert before != after == x509.load_pem_x509_certificate((tls_dir / "tls.crt").read_bytes()).serial_number
 
 
-async def test_client_that_does_not_trust_the_ca_is_refused(tls_dir: Path) -> None:
-    app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
-    runner, site, tasks = await start_server(
-        app, ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key")
-    )
+async def test_client_that_does_not_trust_the_ca_is_refused(webhook_port: int, tls_dir: Path) -> None:
     other = tls_dir / "other"
     authority = issue_ca("someone-else")
     write_pair(other, authority, issue_serving_cert(authority, ["localhost"], []))
-    try:
-        context = ssl.create_default_context(cafile=str(other / "ca.crt"))
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
-            try:
-                await session.get(f"https://127.0.0.1:{site.bound_port()}/healthz")
-            except aiohttp.ClientConnectorCertificateError:
-                pass
-            else:
-                raise AssertionError("a certificate from an untrusted CA was accepted")
-    finally:
-        for task in tasks:
-            task.cancel()
-        await runner.cleanup()
+    context = ssl.create_default_context(cafile=str(other / "ca.crt"))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        try:
+            await session.get(f"https://127.0.0.1:{webhook_port}/healthz")
+        except aiohttp.ClientConnectorCertificateError:
+            pass
+        else:
+            raise AssertionError("a certificate from an untrusted CA was accepted")
 
 
-async def test_tls_1_2_handshakes_and_nothing_older_is_offered(tls_dir: Path) -> None:
-    app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
-    runner, site, tasks = await start_server(
-        app, ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key")
-    )
-    try:
-        context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.maximum_version = ssl.TLSVersion.TLSv1_2
-        _reader, writer = await asyncio.open_connection("127.0.0.1", site.bound_port(), ssl=context)
-        assert writer.get_extra_info("ssl_object").version() == "TLSv1.2"
-        writer.close()
-        assert site._ssl_context is not None and site._ssl_context.minimum_version == ssl.TLSVersion.TLSv1_2
-    finally:
-        for task in tasks:
-            task.cancel()
-        await runner.cleanup()
+async def test_tls_1_2_handshakes_and_nothing_older_is_offered(webhook_port: int, tls_dir: Path) -> None:
+    context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    _reader, writer = await asyncio.open_connection("127.0.0.1", webhook_port, ssl=context)
+    assert writer.get_extra_info("ssl_object").version() == "TLSv1.2"
+    writer.close()
+    assert server_context(tls_dir / "tls.crt", tls_dir / "tls.key").minimum_version == ssl.TLSVersion.TLSv1_2

@@ -17,7 +17,7 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from certs.issue import issue_ca, issue_serving_cert, write_pair
-from gpupack.server import ServeOptions, start_server
+from gpupack.server import ServeOptions, start_server, stop_server
 from webhook.patches import PatchOp, apply_patch
 from webhook.service import WebhookConfig, build_app
 
@@ -178,7 +178,5 @@ async def run_demo(workdir: Path) -> int:
         admitted = [line for line in metrics.splitlines() if line.startswith("gpupack_webhook_admissions_total{")]
         print("metrics (gpupack_webhook_admissions_total):\n   " + "\n   ".join(admitted))
     finally:
-        for task in tasks:
-            task.cancel()
-        await runner.cleanup()
+        await stop_server(runner, tasks)
     return 0
