@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from gpupack import contract
 from gpupack.gpus import CATALOG, DEFAULT_MIG_GPUS
 from gpupack.quantity import QuantityError, parse_quantity
+from gpupack.validation import describe
 
 Sharing = Literal["mig", "time-slicing", "exclusive"]
 SpotPlacement = Literal["require", "prefer", "forbid"]
@@ -284,7 +285,5 @@ def parse_policy(raw: bytes, source: str = "policy") -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(document)'}: {err['msg']}" for err in exc.errors()[:5]
-        )
+        problems = describe(exc, limit=5)
         raise PolicyError(f"{source}: {problems}") from exc

@@ -17,6 +17,7 @@ from gpupack import contract
 from gpupack.cluster import UNKNOWN, ClusterFacts
 from gpupack.k8s import Pod
 from gpupack.policy import ClassPolicy, Policy
+from gpupack.validation import describe
 from webhook.labels import LabelError, WorkloadRequest, read_request
 from webhook.outcome import ChangeKind, Notes, clip
 from webhook.patches import PatchBuilder, PatchOp
@@ -64,9 +65,7 @@ def parse_pod(raw: Any) -> Pod:
     try:
         return Pod.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise InvalidObject(f"request.object.{where}: {err['msg']}") from exc
+        raise InvalidObject(describe(exc, prefix="request.object.")) from exc
 
 
 def _has_gpu(pod: Pod, policy: Policy) -> bool:

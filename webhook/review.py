@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from gpupack.validation import describe
 from webhook.mutate import Decision
 from webhook.patches import encode_patch
 
@@ -67,9 +68,7 @@ def parse_review(body: bytes) -> AdmissionReview:
     try:
         return AdmissionReview.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(body)"
-        raise BadReview(f"not an AdmissionReview v1: {where}: {err['msg']}") from exc
+        raise BadReview(f"not an AdmissionReview v1: {describe(exc, whole='(body)')}") from exc
 
 
 def build_response(uid: str, decision: Decision) -> dict[str, Any]:
