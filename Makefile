@@ -31,12 +31,12 @@ define apt_install
 	@missing=""; for tool in $(1); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ -z "$(APT_GET)" ]; then echo "please install:$$missing" >&2; exit 1; fi; \
-	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 endef
 
 system-deps:
-	$(call apt_install,kubectl)
+	$(call apt_install,kubectl prometheus)
 
 bench-deps:
 	$(call apt_install,kubectl wrk)

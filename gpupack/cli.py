@@ -1,6 +1,7 @@
 """The `gpupack` command: one entry point, one subcommand per job.
 
     gpupack webhook   serve the mutating admission webhook (TLS)
+    gpupack extender  serve the kube-scheduler extender (filter, prioritize)
     gpupack mutate    preview offline what the webhook does to a Pod
     gpupack certs     issue a CA and a serving certificate, print the caBundle
     gpupack demo      the embedded demo behind `make run` (no cluster needed)
@@ -58,6 +59,29 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument("--max-body-bytes", type=int, default=3 * 1024 * 1024, help="larger bodies get HTTP 413")
     hook.add_argument("--body-timeout", type=_positive, default=10.0, help="seconds to receive a body (else 408)")
 
+    ext = sub.add_parser(
+        "extender",
+        help="serve the kube-scheduler extender",
+        description="Serve POST /filter and POST /prioritize (kube-scheduler extender v1), GET /state, /healthz, "
+        "/readyz and /metrics; over TLS when --cert-file and --key-file are given. Nodes and pods come from the API "
+        "(list + watch; --kubeconfig, else the pod's service account) or from list files (--nodes, --pods); live "
+        "GPU utilization from Prometheus (--prometheus-url) or a DCGM exporter text snapshot (--metrics-file).",
+    )
+    ext.add_argument("--config", type=Path, help="policy YAML (the mounted ConfigMap key); default: built-in policy")
+    ext_cluster = ext.add_mutually_exclusive_group()
+    ext_cluster.add_argument("--kubeconfig", type=Path, help="watch nodes and pods with this kubeconfig")
+    ext_cluster.add_argument("--nodes", type=Path, help="offline: `kubectl get nodes -o json` output")
+    ext.add_argument("--pods", type=Path, help="offline, with --nodes: `kubectl get pods -A -o json` output")
+    ext_live = ext.add_mutually_exclusive_group()
+    ext_live.add_argument("--prometheus-url", help="Prometheus base URL, e.g. http://prometheus:9090")
+    ext_live.add_argument("--metrics-file", type=Path, help="a DCGM exporter /metrics text snapshot")
+    ext.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    ext.add_argument("--port", type=int, default=8888, help="port to listen on (default 8888)")
+    ext.add_argument("--cert-file", type=Path, help="serving certificate (PEM) for HTTPS")
+    ext.add_argument("--key-file", type=Path, help="private key (PEM) for HTTPS")
+    ext.add_argument("--policy-poll-seconds", type=_positive, default=5.0, help="policy file check period")
+    ext.add_argument("--cert-poll-seconds", type=_positive, default=10.0, help="certificate files check period")
+
     mutate = sub.add_parser(
         "mutate",
         help="preview what the webhook does to a Pod",
@@ -114,6 +138,29 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_extender(args: argparse.Namespace) -> int:
+    from extender.service import ExtenderConfig, run
+    from gpupack.server import ServeOptions
+
+    if bool(args.cert_file) != bool(args.key_file):
+        raise ValueError("--cert-file and --key-file go together")
+    if args.pods and not args.nodes:
+        raise ValueError("--pods needs --nodes")
+    config = ExtenderConfig(
+        policy_file=args.config,
+        serve=ServeOptions(args.host, args.port, args.cert_file, args.key_file, args.cert_poll_seconds),
+        policy_poll_seconds=args.policy_poll_seconds,
+        kubeconfig=args.kubeconfig,
+        in_cluster=args.nodes is None and args.kubeconfig is None,
+        nodes_file=args.nodes,
+        pods_file=args.pods,
+        prometheus_url=args.prometheus_url,
+        metrics_file=args.metrics_file,
+    )
+    asyncio.run(run(config))
+    return 0
+
+
 def _read_json(path: Path | None) -> dict[str, object] | None:
     if path is None:
         return None
@@ -159,7 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; errors in input or configuration print one line and exit 2."""
     args = _parser().parse_args(argv)
     logs.setup(args.log_level)
-    commands = {"webhook": _cmd_webhook, "mutate": _cmd_mutate, "certs": _cmd_certs, "demo": _cmd_demo}
+    commands = {
+        "webhook": _cmd_webhook,
+        "extender": _cmd_extender,
+        "mutate": _cmd_mutate,
+        "certs": _cmd_certs,
+        "demo": _cmd_demo,
+    }
     try:
         return commands[args.command](args)
     except (PolicyError, OSError, ValueError) as exc:

@@ -205,6 +205,71 @@ class ClusterFacts(_Model):
     """Period of the background list of PriorityClasses and nodes."""
 
 
+ScoringPolicy = Literal["gpupack", "spread", "binpack"]
+
+
+class ScoreWeights(_Model):
+    """Relative weights of the three terms of the `gpupack` score (only their ratios matter)."""
+
+    packing: float = Field(default=1.0, ge=0)
+    """How full the node's GPUs would be with the pod: packs pods onto nodes already in use."""
+    load: float = Field(default=1.0, ge=0)
+    """Live utilization of the node's best GPU, shaped to peak at `targetUtilization` (shared GPUs only)."""
+    fragmentation: float = Field(default=1.0, ge=0)
+    """Prefers MIG instances on GPUs already split and in use over splitting an intact GPU."""
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ScoreWeights:
+        if self.packing + self.load + self.fragmentation <= 0:
+            raise ValueError("at least one weight must be greater than zero")
+        return self
+
+
+_PROM_DURATION = r"^[0-9]+(ms|s|m|h|d|w|y)$"
+
+
+class MetricsPolicy(_Model):
+    """Where the extender reads live DCGM exporter data and how old it may be."""
+
+    node_label: str | None = None
+    """Series label that holds the node name; null tries `Hostname`, then `hostname` (dcgm-exporter renamed it)."""
+    window: str = Field(default="5m", pattern=_PROM_DURATION)
+    """Averaging window substituted for `{window}` in the queries."""
+    gpu_util_query: str = "avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])"
+    """Whole-GPU utilization, 0-100 (not reported for MIG instances)."""
+    mig_active_query: str = "avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[{window}])"
+    """Graphics engine activity of MIG instances (and whole GPUs), 0-1."""
+    fb_used_query: str = "DCGM_FI_DEV_FB_USED"
+    """Framebuffer memory used, MiB."""
+    fb_free_query: str = "DCGM_FI_DEV_FB_FREE"
+    """Framebuffer memory free, MiB."""
+    poll_seconds: float = Field(default=15.0, gt=0, le=3600)
+    """Period of the background read (never on the request path)."""
+    max_age_seconds: float = Field(default=120.0, gt=0)
+    """Samples older than this are ignored: the node scores neutral, and is never filtered for lack of data."""
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    """Timeout of one Prometheus query."""
+
+    def query(self, template: str) -> str:
+        """A query with the window substituted."""
+        return template.replace("{window}", self.window)
+
+
+class ExtenderPolicy(_Model):
+    """How the scheduler extender filters and scores nodes."""
+
+    scoring: ScoringPolicy = "gpupack"
+    """spread: least allocated (the default scheduler); binpack: most allocated; gpupack: pack by live load."""
+    hot_threshold: float = Field(default=0.85, gt=0, le=1)
+    """Latency-critical inference skips nodes whose every GPU is busier than this (0-1; the guide alerts at 85%)."""
+    target_utilization: float = Field(default=0.6, gt=0, lt=1)
+    """Live GPU utilization the `gpupack` score packs shared inference up to; the score falls beyond it."""
+    weights: ScoreWeights = ScoreWeights()
+    assume_seconds: float = Field(default=30.0, gt=0, le=600)
+    """How long a pod ranked first for a node counts against it before it shows up bound."""
+    metrics: MetricsPolicy = MetricsPolicy()
+
+
 class Policy(_Model):
     """The whole policy document."""
 
@@ -227,6 +292,7 @@ class Policy(_Model):
     enforce: list[EnforcedField] = []
     """Fields where the policy wins over what the pod says: gpu, requests, spot, priority, autoscaler."""
     cluster: ClusterFacts = ClusterFacts()
+    extender: ExtenderPolicy = ExtenderPolicy()
 
     @field_validator("priority_classes", mode="before")
     @classmethod

@@ -1,0 +1,141 @@
+"""The extender's HTTP layer: parse ExtenderArgs, call the pure verbs, serialise the answer in band.
+
+Routes: `POST /filter`, `POST /prioritize`, `GET /state`, plus `/healthz`, `/readyz` (false until the first list
+of nodes and pods is in) and `/metrics`. kube-scheduler treats any status but 200 as an error that fails the
+scheduling cycle, so every answer is HTTP 200: errors go in `Error` (filter) or give an empty list (prioritize),
+with a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from extender.demand import DemandError, demand_of
+from extender.live import EMPTY, LiveMetrics
+from extender.metrics import ExtenderMetrics
+from extender.state import ClusterState
+from extender.verbs import View, describe_state, filter_nodes, prioritize_nodes
+from extender.wire import ArgsError, ExtenderArgs, filter_result, parse_args, priority_list
+from gpupack.policy_store import PolicyStore
+from gpupack.server import BodyTimeout, add_standard_routes, read_body
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a full NodeList of 5,000 nodes is tens of MiB
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings:
+    """Limits of the HTTP layer."""
+
+    max_body_bytes: int = MAX_BODY_BYTES
+    body_timeout: float = 5.0
+    """kube-scheduler's default httpTimeout: a body slower than this is useless anyway."""
+
+
+@dataclass(slots=True)
+class Extender:
+    """What the handlers read: the policy store, the watch cache, the live metrics snapshot."""
+
+    policy: PolicyStore
+    state: ClusterState
+    settings: ExtenderSettings
+    live: LiveMetrics = EMPTY
+    metrics: ExtenderMetrics | None = None
+
+    def view(self) -> View:
+        """A consistent set of inputs for one request."""
+        return View(self.state, self.live, self.policy.policy)
+
+
+EXTENDER: web.AppKey[Extender] = web.AppKey("extender")
+_BAD_INPUT = (ArgsError, DemandError, BodyTimeout, web.HTTPRequestEntityTooLarge)
+
+
+async def _args(request: web.Request, extender: Extender) -> ExtenderArgs:
+    try:
+        raw = await read_body(request, extender.settings.body_timeout)
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise ArgsError(f"the request body exceeds the {extender.settings.max_body_bytes}-byte limit") from exc
+    return parse_args(raw)
+
+
+def _json(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+def _refused(extender: Extender, verb: str, exc: Exception, request: web.Request) -> None:
+    if isinstance(exc, _BAD_INPUT):
+        log.warning("bad %s request from %s: %s", verb, request.remote, exc)
+    else:
+        log.exception("%s failed", verb)
+    if extender.metrics is not None:
+        extender.metrics.bad_requests[verb].inc()
+
+
+async def filter_handler(request: web.Request) -> web.Response:
+    """ExtenderArgs -> ExtenderFilterResult, in the form received."""
+    extender = request.app[EXTENDER]
+    started = time.perf_counter()
+    args: ExtenderArgs | None = None
+    try:
+        args = await _args(request, extender)
+        view = extender.view()
+        demand = demand_of(args.pod, view.policy)
+        outcome = filter_nodes(demand, args, view)
+        body = filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable)
+        if extender.metrics is not None:
+            for kind in outcome.kinds:
+                extender.metrics.filtered[kind].inc()
+    except Exception as exc:
+        _refused(extender, "filter", exc, request)
+        body = filter_result(args, [], {}, {}, error=f"gpupack extender: {exc}")
+    if extender.metrics is not None:
+        extender.metrics.latency["filter"].observe(time.perf_counter() - started)
+    return _json(body)
+
+
+async def prioritize_handler(request: web.Request) -> web.Response:
+    """ExtenderArgs -> HostPriorityList (scores 0..10); an empty list when the request cannot be read."""
+    extender = request.app[EXTENDER]
+    started = time.perf_counter()
+    try:
+        args = await _args(request, extender)
+        view = extender.view()
+        body = priority_list(prioritize_nodes(demand_of(args.pod, view.policy), args, view))
+    except Exception as exc:
+        _refused(extender, "prioritize", exc, request)
+        body = b"[]"
+    if extender.metrics is not None:
+        extender.metrics.latency["prioritize"].observe(time.perf_counter() - started)
+    return _json(body)
+
+
+async def state_handler(request: web.Request) -> web.Response:
+    """What the extender believes about each node, as JSON."""
+    extender = request.app[EXTENDER]
+    return _json(orjson.dumps(describe_state(extender.view()), option=orjson.OPT_INDENT_2))
+
+
+def make_app(extender: Extender, registry: CollectorRegistry) -> web.Application:
+    """The extender application; background tasks (watch, metrics, policy) are the caller's to start."""
+    app = web.Application(client_max_size=extender.settings.max_body_bytes)
+    app[EXTENDER] = extender
+    if extender.metrics is None:
+        extender.metrics = ExtenderMetrics(
+            registry,
+            lambda: extender.state,
+            lambda: extender.live,
+            lambda: extender.policy.policy.extender.metrics.max_age_seconds,
+        )
+    app.router.add_post("/filter", filter_handler)
+    app.router.add_post("/prioritize", prioritize_handler)
+    app.router.add_get("/state", state_handler)
+    add_standard_routes(app, registry, ready=lambda: extender.state.synced)
+    return app

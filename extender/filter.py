@@ -1,0 +1,53 @@
+"""Which nodes a pod must not go to, and why; a pure function per node.
+
+Three reasons, in this order:
+- a spot node for a pod that must never run there (inference, StatefulSet pods, classes that forbid spot):
+  unresolvable, no preemption changes what the node is;
+- no free unit of the pod's GPU resource, counting assumed pods: resolvable by preemption when the node
+  offers that resource at all, unresolvable when it does not;
+- for latency-critical inference, every GPU of the node is busier than the hot threshold: resolvable (load
+  moves, and preempting a lower-priority neighbour can cool the GPU). A node missing data for some GPU is never
+  filtered for it: lack of data must not stop scheduling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extender.demand import PodDemand
+from extender.snapshot import NodeSnapshot
+from gpupack.policy import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a node is filtered out; `unresolvable` means preemption cannot help there."""
+
+    kind: str
+    """A short stable name for metrics: spot, no-resource, insufficient, hot."""
+    reason: str
+    unresolvable: bool
+
+
+def reject(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Rejection | None:
+    """None when the pod may go to the node, else the first reason it may not."""
+    node = snap.node
+    if demand.avoid_spot and node.spot:
+        label = policy.spot.label
+        who = demand.workload or "these"
+        return Rejection("spot", f"spot node ({label.key}={label.value}): {who} pods never run on spot", True)
+    resource = demand.gpu_resource
+    if resource is not None:
+        offered = node.allocatable.get(resource, 0)
+        if offered <= 0:
+            return Rejection("no-resource", f"node offers no {resource}", True)
+        free = snap.free(resource)
+        if free < demand.gpu_count:
+            return Rejection(
+                "insufficient", f"{free} of {offered} {resource} free, pod needs {demand.gpu_count}", False
+            )
+    hot = policy.extender.hot_threshold
+    utils = snap.utils
+    if demand.latency_critical and utils and len(utils) >= node.gpu_count and min(utils) > hot:
+        return Rejection("hot", f"every GPU is above the hot threshold {hot:.0%} (coolest at {min(utils):.0%})", False)
+    return None

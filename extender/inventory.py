@@ -1,0 +1,152 @@
+"""What a node offers: its GPU resources, GPU model, spot flag and taints, read from a Node object.
+
+Only these few fields are kept, in a slotted record, instead of the client's generated model objects: the
+extender holds every node of the cluster, and the scheduler may send full Node objects on every call.
+GPU Feature Discovery labels say which GPU model a node has; the MIG profile names it advertises say it too
+when the labels are missing (`1g.5gb` only exists on the A100-40GB).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpupack import contract
+from gpupack.gpus import CATALOG, MigProfile
+from gpupack.policy import Policy
+from gpupack.quantity import QuantityError, parse_quantity
+
+LABEL_PRODUCT = "nvidia.com/gpu.product"
+LABEL_COUNT = "nvidia.com/gpu.count"
+LABEL_MEMORY = "nvidia.com/gpu.memory"
+LABEL_REPLICAS = "nvidia.com/gpu.replicas"
+LABEL_MIG_CONFIG = "nvidia.com/mig.config"
+LABEL_SHARING = "nvidia.com/gpu.sharing-strategy"
+
+CPU = "cpu"
+MEMORY = "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node as the extender sees it. Resource amounts are integers: millicores, bytes, device counts."""
+
+    name: str
+    allocatable: Mapping[str, int]
+    """GPU resources (`nvidia.com/*`), plus `cpu` in millicores and `memory` in bytes."""
+    spot: bool
+    taints: tuple[tuple[str, str, str], ...]
+    """(key, value, effect) of each taint."""
+    product: str
+    gpu_model: str | None
+    """Key of the MIG catalog (`A100-40GB`...) when known: it fixes each profile's share of a GPU."""
+    gpu_count: int
+    """Physical GPUs: the GFD label, else derived from the resources."""
+    replicas: int
+    """Time-sliced replicas per GPU (1 without time-slicing)."""
+    mig_config: str
+    shares: Mapping[str, float]
+    """How much of one physical GPU one unit of each GPU resource is (see `gpu_share`)."""
+    gpu_capacity: float
+    """Physical GPUs' worth of GPU resources the node offers."""
+    unschedulable: bool = False
+
+    @property
+    def gpu_resources(self) -> tuple[str, ...]:
+        """The GPU resources the node advertises with a count above zero."""
+        return tuple(r for r in self.shares if self.allocatable[r] > 0)
+
+
+def gpu_share(gpu_model: str | None, replicas: int, resource: str) -> float:
+    """How much of one physical GPU one unit of `resource` is: 1 for a whole GPU, 1/replicas for a
+    time-sliced replica, the memory slices over 8 for a MIG instance (1/7 when the profile is unknown)."""
+    if resource.startswith(contract.RESOURCE_MIG_PREFIX):
+        profile = mig_profile(gpu_model, resource)
+        return profile.memory_slices / 8 if profile is not None else 1 / 7
+    if resource == contract.RESOURCE_GPU:
+        return 1.0
+    return 1 / max(replicas, 1)
+
+
+def mig_profile(gpu_model: str | None, resource: str) -> MigProfile | None:
+    """The catalog entry of a MIG resource on a GPU model (None when the model or the name is unknown)."""
+    if gpu_model is None or not resource.startswith(contract.RESOURCE_MIG_PREFIX):
+        return None
+    name = resource.removeprefix(contract.RESOURCE_MIG_PREFIX)
+    return next((p for p in CATALOG.get(gpu_model, ()) if p.name == name), None)
+
+
+def gpu_model_of(product: str, memory_mib: int | None, mig_names: set[str]) -> str | None:
+    """The catalog model of a node: from the product label (memory from the label or the product name),
+    else the first model that offers every advertised MIG profile name."""
+    text = product.upper()
+    family = next((f for f in ("H200", "H100", "A100", "A30") if f in text), None)
+    if family == "A100":
+        big = (memory_mib or 0) > 50_000 or "80GB" in text
+        return "A100-80GB" if big else "A100-40GB"
+    if family is not None:
+        return next(m for m in CATALOG if m.startswith(family))
+    for model, profiles in CATALOG.items():
+        if mig_names and mig_names <= {p.name for p in profiles}:
+            return model
+    return None
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _amount(resource: str, text: Any) -> int:
+    """Millicores for cpu, integers otherwise; 0 for anything unparsable (a broken node offers nothing)."""
+    try:
+        value = parse_quantity(text)
+    except QuantityError:
+        return 0
+    return int(value * 1000) if resource == CPU else int(value)
+
+
+def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
+    """A NodeRecord from a Node object (as JSON). Raises ValueError when it has no name."""
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("node without metadata.name")
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    allocatable_raw: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
+    allocatable = {
+        r: _amount(r, v)
+        for r, v in allocatable_raw.items()
+        if r in (CPU, MEMORY) or contract.is_gpu_resource(r, policy.time_slicing.resource_name)
+    }
+    mig_names = {r.removeprefix(contract.RESOURCE_MIG_PREFIX) for r in allocatable if r.startswith("nvidia.com/mig-")}
+    product = str(labels.get(LABEL_PRODUCT, ""))
+    model = gpu_model_of(product, _int_label(labels, LABEL_MEMORY), mig_names)
+    replicas = _int_label(labels, LABEL_REPLICAS) or 1
+    shared = allocatable.get(policy.time_slicing.resource_name, 0)
+    derived = allocatable.get(contract.RESOURCE_GPU, 0) + -(-shared // replicas)
+    taints = tuple(
+        (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+        for t in spec.get("taints") or []
+        if isinstance(t, dict)
+    )
+    spot_label = policy.spot.label
+    shares = {r: gpu_share(model, replicas, r) for r in allocatable if r not in (CPU, MEMORY)}
+    return NodeRecord(
+        name=name,
+        allocatable=allocatable,
+        spot=labels.get(spot_label.key) == spot_label.value,
+        taints=taints,
+        product=product,
+        gpu_model=model,
+        gpu_count=_int_label(labels, LABEL_COUNT) or derived,
+        replicas=replicas,
+        mig_config=str(labels.get(LABEL_MIG_CONFIG, "")),
+        shares=shares,
+        gpu_capacity=sum(allocatable[r] * share for r, share in shares.items()),
+        unschedulable=bool(spec.get("unschedulable")),
+    )

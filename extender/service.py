@@ -1,0 +1,140 @@
+"""Assemble and run the extender: policy store, watch cache, live metrics, and their background tasks.
+
+The cluster comes from the API (list + watch, `--kubeconfig` or in-cluster) or, offline, from node and pod
+list files (`kubectl get nodes,pods -o json`). Live metrics come from Prometheus or a DCGM text snapshot;
+without either, every node scores neutral on load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from extender.app import Extender, ExtenderSettings, make_app
+from extender.demand import DemandError, bound_pod
+from extender.inventory import node_from_json
+from extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, StaticSource
+from extender.state import ClusterState
+from gpupack.policy import Policy
+from gpupack.policy_store import PolicyStore, load_policy_file
+from gpupack.server import ServeOptions, serve_forever
+from gpupack.telemetry import PolicyMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """Everything `gpupack extender` is told on its command line."""
+
+    policy_file: Path | None
+    serve: ServeOptions
+    settings: ExtenderSettings = field(default_factory=ExtenderSettings)
+    policy_poll_seconds: float = 5.0
+    kubeconfig: Path | None = None
+    in_cluster: bool = False
+    nodes_file: Path | None = None
+    pods_file: Path | None = None
+    prometheus_url: str | None = None
+    metrics_file: Path | None = None
+
+
+def _items(path: Path) -> list[dict[str, Any]]:
+    data = orjson.loads(path.read_bytes())
+    items = data.get("items") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a JSON list object with items (kubectl get ... -o json)")
+    return [i for i in items if isinstance(i, dict)]
+
+
+def load_lists(state: ClusterState, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], policy: Policy) -> None:
+    """Fill `state` from node and pod objects (offline use and the demo); unreadable objects are skipped."""
+    records = []
+    for node in nodes:
+        try:
+            records.append(node_from_json(node, policy))
+        except ValueError as exc:
+            log.warning("skipping node: %s", exc)
+    state.replace_nodes(records)
+    bound = []
+    for pod in pods:
+        try:
+            found = bound_pod(pod, policy.time_slicing.resource_name)
+        except DemandError as exc:
+            log.warning("skipping pod %s: %s", (pod.get("metadata") or {}).get("name"), exc)
+            continue
+        if found is not None:
+            bound.append(found)
+    state.replace_pods(bound)
+    state.synced = True
+
+
+def metrics_source(config: ExtenderConfig) -> MetricsSource | None:
+    """Prometheus, the snapshot file, or nothing."""
+    if config.prometheus_url:
+        return PrometheusSource(config.prometheus_url)
+    if config.metrics_file:
+        return StaticSource(config.metrics_file)
+    return None
+
+
+def build_app(
+    config: ExtenderConfig,
+    registry: CollectorRegistry | None = None,
+    cluster_task: Callable[[Extender], Any] | None = None,
+) -> web.Application:
+    """The extender app with its background tasks attached to its lifetime (`cleanup_ctx`).
+
+    Raises PolicyError, OSError or ValueError when the policy or the list files cannot be used.
+    `cluster_task(extender)` returns a coroutine that keeps `extender.state` current (the API watch).
+    """
+    registry = registry or CollectorRegistry()
+    policy_metrics = PolicyMetrics(registry)
+    store = PolicyStore(
+        config.policy_file,
+        load_policy_file(config.policy_file),
+        on_reload=policy_metrics.loaded,
+        on_failure=policy_metrics.failed,
+    )
+    state = ClusterState()
+    if config.nodes_file is not None:
+        pods = _items(config.pods_file) if config.pods_file else []
+        load_lists(state, _items(config.nodes_file), pods, store.policy)
+    extender = Extender(store, state, config.settings)
+    app = make_app(extender, registry)
+
+    def on_read(ok: bool) -> None:
+        if ok:
+            extender.live = live.snapshot
+        elif extender.metrics is not None:
+            extender.metrics.metrics_read_failures.inc()
+
+    live = LiveMetricsCache(metrics_source(config), lambda: store.policy.extender.metrics, on_read)
+
+    async def background(_app: web.Application) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(store.watch(config.policy_poll_seconds))]
+        if live.source is not None:
+            await live.refresh()  # first read before serving
+            tasks.append(asyncio.create_task(live.run()))
+        if cluster_task is not None:
+            tasks.append(asyncio.create_task(cluster_task(extender)))
+        yield
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    app.cleanup_ctx.append(background)
+    return app
+
+
+async def run(config: ExtenderConfig) -> None:
+    """Serve until SIGTERM."""
+    await serve_forever(build_app(config), config.serve)

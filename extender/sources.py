@@ -1,0 +1,156 @@
+"""Where live DCGM data comes from: Prometheus (production) or a DCGM exporter text snapshot (demo, tests).
+
+Both are read in the background by `LiveMetricsCache`; a verb never waits on them. Reads are blocking and
+run in a thread. A failed read keeps the last snapshot, whose samples then age out one by one: scheduling
+goes on with neutral scores rather than stopping when Prometheus is down.
+
+Prometheus answers `avg_over_time(...)` with the evaluation time, not the sample's, so the age of each
+series comes from a second query, `timestamp(<signal>)`, which returns the time of its newest raw sample
+(and nothing once Prometheus has marked the series stale because its target is down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_client.parser import text_string_to_metric_families
+from urllib3.util.retry import Retry
+
+from extender.live import EMPTY, FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, LiveMetrics, Series, aggregate
+from gpupack.policy import MetricsPolicy
+
+log = logging.getLogger(__name__)
+
+SIGNALS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE)
+
+
+class MetricsSource(Protocol):
+    """Reads every DCGM series once; blocking; raises on any failure."""
+
+    def read(self, policy: MetricsPolicy) -> list[Series]: ...
+
+
+class StaticSource:
+    """A DCGM exporter `/metrics` text file. Samples without a timestamp are as old as the file's last write."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self, policy: MetricsPolicy) -> list[Series]:
+        """Parse the file. Raises OSError or ValueError when it is missing or not exposition text."""
+        text = self.path.read_text()
+        written = self.path.stat().st_mtime
+        out: list[Series] = []
+        for family in text_string_to_metric_families(text):
+            if family.name not in SIGNALS:
+                continue
+            for sample in family.samples:
+                at = float(sample.timestamp) if sample.timestamp is not None else written
+                out.append(Series(family.name, sample.labels, float(sample.value), at))
+        return out
+
+
+def _series_key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
+
+
+class PrometheusSource:
+    """Prometheus's HTTP API through prometheus-api-client: one query per signal plus its `timestamp()`."""
+
+    def __init__(self, url: str, connect: Callable[[str], PrometheusConnect] | None = None) -> None:
+        """No network call here: the first `read` is the first request."""
+        self.url = url
+        self._session = requests.Session()
+        self._client = (connect or self._connect)(url)
+
+    def _connect(self, url: str) -> PrometheusConnect:
+        # No urllib3 retries (the client's default is 3 with back-off, 6 s per query against a closed port):
+        # the next poll is the retry, and a failed read must come back quickly to say the data is stale.
+        return PrometheusConnect(url=url, session=self._session, retry=Retry(total=0, raise_on_status=False))
+
+    def close(self) -> None:
+        """Release the HTTP connection pool."""
+        self._session.close()
+
+    def _query(self, query: str, timeout: float) -> list[dict[str, Any]]:
+        # `params` bounds the evaluation in Prometheus; `timeout` bounds the HTTP exchange (requests has none
+        # by default, so a Prometheus that accepts the connection and never answers would stall the poll).
+        result: list[dict[str, Any]] = self._client.custom_query(
+            query, params={"timeout": f"{timeout:g}s"}, timeout=timeout
+        )
+        return result
+
+    def read(self, policy: MetricsPolicy) -> list[Series]:
+        """Every signal with the time of its newest raw sample; series without a recent sample are dropped."""
+        queries = {
+            GPU_UTIL: (policy.gpu_util_query, GPU_UTIL),
+            GR_ENGINE_ACTIVE: (policy.mig_active_query, GR_ENGINE_ACTIVE),
+            FB_USED: (policy.fb_used_query, FB_USED),
+            FB_FREE: (policy.fb_free_query, FB_FREE),
+        }
+        out: list[Series] = []
+        for signal, (template, metric) in queries.items():
+            values = self._query(policy.query(template), policy.timeout_seconds)
+            if not values:
+                continue
+            seen = {
+                _series_key(r["metric"]): float(r["value"][1])
+                for r in self._query(f"timestamp({metric})", policy.timeout_seconds)
+            }
+            for r in values:
+                at = seen.get(_series_key(r["metric"]))
+                if at is not None:
+                    out.append(Series(signal, r["metric"], float(r["value"][1]), at))
+        return out
+
+
+class LiveMetricsCache:
+    """The last snapshot read from a source, refreshed every `poll_seconds` until cancelled."""
+
+    def __init__(
+        self, source: MetricsSource | None, policy: Callable[[], MetricsPolicy], on_read: Callable[[bool], None]
+    ) -> None:
+        self.source = source
+        self.snapshot: LiveMetrics = EMPTY
+        self._policy = policy
+        self._on_read = on_read
+        self._failing = False
+
+    def _read(self) -> LiveMetrics:
+        assert self.source is not None
+        policy = self._policy()
+        series = self.source.read(policy)
+        return aggregate(series, policy.node_label, time.time())
+
+    async def refresh(self) -> bool:
+        """Read once; on failure keep the last snapshot (its samples age out) and say so once per outage."""
+        if self.source is None:
+            return False
+        try:
+            self.snapshot = await asyncio.to_thread(self._read)
+        except Exception as exc:
+            if not self._failing:
+                log.warning("cannot read live GPU metrics, keeping the last ones until they age out: %s", exc)
+            self._failing = True
+            self._on_read(False)
+            return False
+        if self._failing:
+            log.info("live GPU metrics readable again")
+        self._failing = False
+        self._on_read(True)
+        return True
+
+    async def run(self) -> None:
+        """Refresh until cancelled."""
+        if self.source is None:
+            return
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self._policy().poll_seconds)

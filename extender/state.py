@@ -1,0 +1,138 @@
+"""The cluster as the extender believes it: nodes, what bound pods use on each, and assumed placements.
+
+Between the moment the extender ranks a node first and the moment the watch shows the pod bound there, the
+scheduler keeps placing pods; without counting those a burst of pods would all pick the same "best" node.
+Like kube-scheduler's assume cache, a pod ranked first is counted on its node until it shows up bound
+(anywhere), is deleted, or its assumption expires.
+
+Usage per node is kept as running sums updated on each pod event, so a verb never walks the pods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from extender.inventory import NodeRecord
+
+Requests = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """A bound pod: where, and what it requests (only the resources the extender counts)."""
+
+    node: str
+    requests: Requests
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """A pod the extender ranked first for `node`, not yet seen bound."""
+
+    node: str
+    requests: Requests
+    expires: float
+
+
+def _add(usage: dict[str, int], requests: Requests, sign: int) -> None:
+    for resource, n in requests:
+        usage[resource] = usage.get(resource, 0) + sign * n
+
+
+class ClusterState:
+    """Nodes, per-node usage by bound pods, and the assume cache. Single-threaded: mutate from the event loop."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self._usage: dict[str, dict[str, int]] = {}
+        self._assumed: dict[str, Assumed] = {}
+        self._assumed_by_node: dict[str, set[str]] = {}
+        self.synced = False
+        """True once a first full list of nodes and pods has been applied."""
+
+    # nodes -------------------------------------------------------------------------------------------------
+    def upsert_node(self, node: NodeRecord) -> None:
+        """Add or replace a node."""
+        self.nodes[node.name] = node
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node (its pods are removed by their own events)."""
+        self.nodes.pop(name, None)
+
+    def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
+        """Replace every node (after a full list)."""
+        self.nodes = {n.name: n for n in nodes}
+
+    # pods --------------------------------------------------------------------------------------------------
+    def upsert_pod(self, key: str, node: str | None, requests: Requests) -> None:
+        """Record a pod event: counted on `node` when bound and running; None (pending or finished) uncounts it."""
+        old = self.pods.pop(key, None)
+        if old is not None:
+            _add(self._usage.setdefault(old.node, {}), old.requests, -1)
+        if node:
+            self._forget_assumed(key)
+            self.pods[key] = PodRecord(node, requests)
+            _add(self._usage.setdefault(node, {}), requests, +1)
+
+    def remove_pod(self, key: str) -> None:
+        """A deleted pod frees what it used and its assumption."""
+        self.upsert_pod(key, None, ())
+        self._forget_assumed(key)
+
+    def replace_pods(self, pods: Iterable[tuple[str, str, Requests]]) -> None:
+        """Replace every pod (after a full list): (key, node, requests) of the bound, running ones."""
+        self.pods = {}
+        self._usage = {}
+        for key, node, requests in pods:
+            self.pods[key] = PodRecord(node, requests)
+            _add(self._usage.setdefault(node, {}), requests, +1)
+        for key in [k for k in self._assumed if k in self.pods]:
+            self._forget_assumed(key)
+
+    # the assume cache --------------------------------------------------------------------------------------
+    def assume(self, key: str, node: str, requests: Mapping[str, int], ttl: float, now: float | None = None) -> None:
+        """Count `key` on `node` for `ttl` seconds, unless it is already seen bound."""
+        if key in self.pods:
+            return
+        self._forget_assumed(key)
+        self._assumed[key] = Assumed(node, tuple(requests.items()), (now or time.monotonic()) + ttl)
+        self._assumed_by_node.setdefault(node, set()).add(key)
+
+    def _forget_assumed(self, key: str) -> None:
+        assumed = self._assumed.pop(key, None)
+        if assumed is not None:
+            keys = self._assumed_by_node.get(assumed.node)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._assumed_by_node[assumed.node]
+
+    def assumed_on(self, node: str, now: float | None = None) -> list[Assumed]:
+        """Live assumptions on `node`; expired ones are dropped on the way."""
+        keys = self._assumed_by_node.get(node)
+        if not keys:
+            return []
+        now = now or time.monotonic()
+        live: list[Assumed] = []
+        for key in list(keys):
+            assumed = self._assumed[key]
+            if assumed.expires <= now:
+                self._forget_assumed(key)
+            else:
+                live.append(assumed)
+        return live
+
+    def assumed_count(self) -> int:
+        """Assumptions held (expired ones included until their node is next read)."""
+        return len(self._assumed)
+
+    # reading -----------------------------------------------------------------------------------------------
+    def used(self, node: str, now: float | None = None) -> dict[str, int]:
+        """What bound pods and live assumptions use on `node`."""
+        usage = dict(self._usage.get(node, ()))
+        for assumed in self.assumed_on(node, now):
+            _add(usage, assumed.requests, +1)
+        return usage
