@@ -196,7 +196,7 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from webhook.demo import run_demo
+    from demo.run import run_demo
 
     code: int = asyncio.run(run_demo(args.workdir))
     return code

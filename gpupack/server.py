@@ -91,7 +91,8 @@ class TLSSite(web.BaseSite):
     @property
     def name(self) -> str:
         scheme = "https" if self._ssl_context else "http"
-        return f"{scheme}://{self._host}:{self._port}"
+        port = self.bound_port() if isinstance(self._server, asyncio.Server) else self._port
+        return f"{scheme}://{self._host}:{port}"
 
     async def start(self) -> None:
         await super().start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpupack", *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("command", [[], ["webhook"], ["mutate"], ["certs"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["webhook"], ["extender"], ["mutate"], ["certs"], ["demo"]])
 def test_every_command_explains_itself(command: list[str]) -> None:
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: gpupack" in result.stdout
@@ -117,5 +118,11 @@ def test_webhook_refuses_to_start_without_readable_certificates(tmp_path: Path) 
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     result = run("demo", "--workdir", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert "DENIED" in result.stdout and "nvidia.com/mig-1g.10gb" in result.stdout
-    assert 'outcome="mutated"' in result.stdout
+    out = result.stdout
+    assert "DENIED" in out and "nvidia.com/mig-2g.10gb" in out  # sized to what the embedded A100s advertise
+    placed = dict(re.findall(r"^   (\S+)\s+-> (\S+)", out, re.MULTILINE))
+    assert placed["bert-batch-x1"] == "t4-spot-1"  # batch requires spot
+    assert not placed["llm-7b"].startswith(("h100-spot", "t4-spot"))  # inference never on spot
+    assert placed["llm-7b"] == placed["llm-7b-b"] == "a100-mig-1"  # packed onto the A100 already in use
+    empty = re.search(r"GPU nodes left empty\s+(\d+)\s+(\d+)", out)
+    assert empty is not None and int(empty.group(2)) > int(empty.group(1))  # gpupack leaves more to remove

@@ -11,7 +11,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupack.kube import ClusterFactsCache, KubeClusterReader, api_client
+from gpupack.kube import ClusterFactsCache, ClusterReader, KubeClusterReader, api_client
 from gpupack.policy_store import PolicyStore, load_policy_file
 from gpupack.server import ServeOptions, serve_forever
 from gpupack.telemetry import ClusterReadMetrics, PolicyMetrics
@@ -32,9 +32,12 @@ class WebhookConfig:
     in_cluster: bool = False
 
 
-def build_app(config: WebhookConfig, registry: CollectorRegistry | None = None) -> web.Application:
+def build_app(
+    config: WebhookConfig, registry: CollectorRegistry | None = None, reader: ClusterReader | None = None
+) -> web.Application:
     """The webhook app with its refreshers attached to its lifetime (`cleanup_ctx`).
 
+    `reader` replaces the API as the source of PriorityClasses and node resources (the embedded demo).
     Raises PolicyError or OSError when the policy file is invalid or unreadable: refusing to start beats
     starting with a policy nobody wrote.
     """
@@ -46,8 +49,7 @@ def build_app(config: WebhookConfig, registry: CollectorRegistry | None = None) 
         on_reload=policy_metrics.loaded,
         on_failure=policy_metrics.failed,
     )
-    reader = None
-    if config.kubeconfig is not None or config.in_cluster:
+    if reader is None and (config.kubeconfig is not None or config.in_cluster):
         reader = KubeClusterReader(api_client(config.kubeconfig, config.in_cluster))
     cluster = ClusterFactsCache(reader, ClusterReadMetrics(registry))
     app = make_app(store, cluster, registry, config.settings)
