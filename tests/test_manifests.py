@@ -32,7 +32,7 @@ def test_every_object_validates_strictly(objects: list[dict[str, Any]], version:
 
 
 def test_shipped_policy_validates(objects: list[dict[str, Any]]) -> None:
-    (configmap,) = by_kind(objects, "ConfigMap")
+    (configmap,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"] == "gpupack-policy"]
     policy = parse_policy(configmap["data"]["policy.yaml"].encode())
     assert policy.mode == "audit"  # the canary step comes first
 
@@ -51,3 +51,26 @@ def test_webhook_registrations_call_the_served_paths(objects: list[dict[str, Any
         excluded = hook["namespaceSelector"]["matchExpressions"][0]
         assert excluded["operator"] == "NotIn" and {"kube-system", "gpupack-system"} <= set(excluded["values"])
         assert hook["reinvocationPolicy"] == "IfNeeded" and hook["sideEffects"] == "None"
+
+
+def test_scheduler_calls_the_extender_it_runs_beside(objects: list[dict[str, Any]]) -> None:
+    """The KubeSchedulerConfiguration points at the sidecar's port and verbs, in the cache-capable form, and
+    names every GPU resource the webhook can write (managedResources takes no wildcards)."""
+    config_map = next(o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].startswith("gpupack-scheduler"))
+    config = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])
+    (extender,) = config["extenders"]
+    (deployment,) = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"] == "gpupack-scheduler"]
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    args = containers["extender"]["args"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:" + next(a.split("=")[1] for a in args if a.startswith("--port"))
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["nodeCacheCapable"]) == (
+        "filter",
+        "prioritize",
+        True,
+    )
+    assert config["profiles"][0]["schedulerName"] == "gpupack-scheduler"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["scheduler-config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    policy = parse_policy(b"")
+    expected = {"nvidia.com/gpu", policy.time_slicing.resource_name} | {p.resource for p in policy.mig_profiles}
+    assert {r["name"] for r in extender["managedResources"]} == expected
