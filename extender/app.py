@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from extender.demand import DemandError, demand_of
+from extender.informer import InformerCounters
 from extender.live import EMPTY, LiveMetrics
 from extender.metrics import ExtenderMetrics
 from extender.state import ClusterState
@@ -48,6 +49,8 @@ class Extender:
     settings: ExtenderSettings
     live: LiveMetrics = EMPTY
     metrics: ExtenderMetrics | None = None
+    watch: InformerCounters | None = None
+    """The list + watch counters (None without an API watch)."""
 
     def view(self) -> View:
         """A consistent set of inputs for one request."""
@@ -133,6 +136,7 @@ def make_app(extender: Extender, registry: CollectorRegistry) -> web.Application
             lambda: extender.state,
             lambda: extender.live,
             lambda: extender.policy.policy.extender.metrics.max_age_seconds,
+            lambda: extender.watch,
         )
     app.router.add_post("/filter", filter_handler)
     app.router.add_post("/prioritize", prioritize_handler)

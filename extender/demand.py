@@ -127,17 +127,3 @@ def demand_of(pod: Mapping[str, Any], policy: Policy) -> PodDemand:
 
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-def bound_pod(pod: Mapping[str, Any], shared_resource: str) -> tuple[str, str, tuple[tuple[str, int], ...]] | None:
-    """(key, node, requests) of a pod that holds resources on a node: bound and not finished; else None.
-
-    Raises DemandError when its resources cannot be read.
-    """
-    spec = pod.get("spec") or {}
-    node = spec.get("nodeName") if isinstance(spec, dict) else None
-    if not node or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
-        return None
-    meta = pod.get("metadata") or {}
-    key = meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-    return str(key), str(node), tuple(pod_requests(spec, shared_resource).items())

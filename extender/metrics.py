@@ -7,10 +7,13 @@ request path only pays for the latency histogram and the filter-reason counters.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
+from extender.informer import InformerCounters
 from extender.live import LiveMetrics
 from extender.state import ClusterState
 
@@ -29,6 +32,7 @@ class ExtenderMetrics:
         state: Callable[[], ClusterState],
         live: Callable[[], LiveMetrics],
         max_age: Callable[[], float],
+        watch: Callable[[], InformerCounters | None] = lambda: None,
     ) -> None:
         latency = Histogram(
             "gpupack_extender_request_duration_seconds",
@@ -79,3 +83,24 @@ class ExtenderMetrics:
             "1 when no live GPU sample is fresher than extender.metrics.maxAgeSeconds: scores are neutral.",
             registry=registry,
         ).set_function(lambda: float(age() > max_age()))
+        registry.register(_WatchCollector(watch))
+
+
+class _WatchCollector(Collector):
+    """`gpupack_extender_watch_*_total`: the informer's plain counters, read at scrape time."""
+
+    def __init__(self, counters: Callable[[], InformerCounters | None]) -> None:
+        self._counters = counters
+
+    def collect(self) -> Iterable[Metric]:
+        counters = self._counters()
+        if counters is None:
+            return
+        for name, text, value in (
+            ("events", "Watch events applied to the cache.", counters.events),
+            ("skipped", "Malformed objects skipped.", counters.skipped),
+            ("lists", "Full lists of nodes or pods (first lists and re-lists).", counters.lists),
+            ("relists", "Lists again after 410 Gone.", counters.relists),
+            ("errors", "Failed list or watch requests (followed by a back-off).", counters.errors),
+        ):
+            yield CounterMetricFamily(f"gpupack_extender_watch_{name}", text, value=value)

@@ -1,21 +1,31 @@
-"""The only module that talks to the Kubernetes API client: reads PriorityClasses and node GPU resources.
+"""The only module that talks to the Kubernetes API client: reads PriorityClasses and node GPU resources, and
+lists and watches nodes and pods for the extender's cache.
 
-Lists are read raw (`_preload_content=False`) and only the few fields used are kept, instead of building the
-client's generated model objects for every node. A background task refreshes the snapshot; request handlers
-only read the last one, so an unreachable API never slows admission down.
+Lists and watches are read raw (`_preload_content=False`) and parsed with orjson into plain dicts, instead of
+building the client's generated model objects for every node and pod. A background task refreshes the snapshot;
+request handlers only read the last one, so an unreachable API never slows admission down.
+
+Exceptions raised by `RawListWatch`:
+
+    WatchError            an ERROR event other than 410 in a watch stream
+    ResourceExpired       410 Gone: the resourceVersion (or continue token) is too old; list again
+    (kubernetes ApiException and urllib3 errors pass through: transient, retry with back-off)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from gpupack import contract
 from gpupack.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts
@@ -72,6 +82,23 @@ def api_client(kubeconfig: Path | None = None, in_cluster: bool = False) -> clie
     return client.ApiClient(configuration)
 
 
+def list_pages(
+    call: Callable[..., Any], page_size: int = PAGE_SIZE, request_timeout: float = REQUEST_TIMEOUT
+) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """The pages of a list call as (items, resourceVersion of the list), following `continue` tokens."""
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False, "_request_timeout": request_timeout}
+        if token:
+            kwargs["_continue"] = token
+        body = orjson.loads(call(**kwargs).data)
+        meta = body.get("metadata") or {}
+        yield body.get("items") or [], str(meta.get("resourceVersion") or "")
+        token = meta.get("continue")
+        if not token:
+            return
+
+
 class KubeClusterReader:
     """Lists PriorityClasses and nodes (paginated) through the kubernetes client."""
 
@@ -81,20 +108,9 @@ class KubeClusterReader:
 
     def _pages(self, call: Callable[..., Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "limit": PAGE_SIZE,
-                "_preload_content": False,
-                "_request_timeout": REQUEST_TIMEOUT,
-            }
-            if token:
-                kwargs["_continue"] = token
-            body = orjson.loads(call(**kwargs).data)
-            items += body.get("items") or []
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        for page, _ in list_pages(call):
+            items += page
+        return items
 
     def read(self) -> ClusterFacts:
         """One consistent-enough snapshot (two lists, each paginated)."""
@@ -133,3 +149,133 @@ class ClusterFactsCache:
         while True:
             await self.refresh()
             await asyncio.sleep(interval())
+
+
+# list + watch ------------------------------------------------------------------------------------------------
+
+Kind = Literal["nodes", "pods"]
+"""What the extender lists and watches (all namespaces for pods)."""
+
+
+class WatchError(Exception):
+    """An ERROR event in a watch stream (the API server's Status code and message)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class ResourceExpired(WatchError):
+    """410 Gone: the resourceVersion asked for is older than the API server keeps; the caller must list again."""
+
+
+def _status_error(status: dict[str, Any]) -> WatchError:
+    code = status.get("code")
+    code = code if isinstance(code, int) else 0
+    message = str(status.get("message") or status.get("reason") or "watch error")
+    return ResourceExpired(code, message) if code == 410 else WatchError(code, message)
+
+
+class RawWatch:
+    """One watch request's events as dicts; iterate in one thread, `close()` from any thread to stop it.
+
+    Yields ADDED, MODIFIED, DELETED and BOOKMARK events; an ERROR event raises `ResourceExpired` (410) or
+    `WatchError`. A dropped connection raises urllib3's error; the end of the stream (the server's
+    `timeoutSeconds`) ends the iteration.
+    """
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        buffer = b""
+        try:
+            for segment in self._response.stream(amt=None, decode_content=False):
+                buffer += segment
+                if b"\n" not in buffer:
+                    continue
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield self._event(line)
+            if buffer.strip() and not self._closed:
+                yield self._event(buffer)
+        finally:
+            self.close()
+
+    @staticmethod
+    def _event(line: bytes) -> dict[str, Any]:
+        event = orjson.loads(line)
+        if not isinstance(event, dict):
+            raise WatchError(0, f"watch event is not an object: {line[:200]!r}")
+        if event.get("type") == "ERROR":
+            raise _status_error(event.get("object") or {})
+        return event
+
+    def close(self) -> None:
+        """Stop the stream: unblocks a read in progress in another thread, and frees the connection."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        with suppress(Exception):
+            self._response.shutdown()
+        with suppress(Exception):
+            self._response.close()
+        with suppress(Exception):
+            self._response.release_conn()
+
+
+class RawListWatch:
+    """Lists and watches nodes and pods as plain dicts through the kubernetes client; blocking calls."""
+
+    def __init__(
+        self, api: client.ApiClient, page_size: int = PAGE_SIZE, request_timeout: float = REQUEST_TIMEOUT
+    ) -> None:
+        core = client.CoreV1Api(api)
+        self._calls: dict[Kind, Callable[..., Any]] = {
+            "nodes": core.list_node,
+            "pods": core.list_pod_for_all_namespaces,
+        }
+        self._page_size = page_size
+        self._request_timeout = request_timeout
+
+    def pages(self, kind: Kind) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        """The list of `kind`, page by page, each with the list's resourceVersion. Raises ResourceExpired when
+        a continue token has expired (list again from the start)."""
+        try:
+            yield from list_pages(self._calls[kind], self._page_size, self._request_timeout)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise ResourceExpired(410, str(exc.reason)) from exc
+            raise
+
+    def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
+        """Every object of `kind` and the resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        version = ""
+        for page, page_version in self.pages(kind):
+            items += page
+            version = version or page_version
+        return items, version
+
+    def watch(self, kind: Kind, resource_version: str, timeout_seconds: int) -> RawWatch:
+        """Open a watch of `kind` from `resource_version`, with bookmarks; the server ends it after
+        `timeout_seconds`. Raises ResourceExpired on HTTP 410."""
+        try:
+            response = self._calls[kind](
+                watch=True,
+                resource_version=resource_version or None,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                # no event for longer than the server's own timeout means a dead connection
+                _request_timeout=(self._request_timeout, timeout_seconds + self._request_timeout),
+            )
+        except ApiException as exc:
+            if exc.status == 410:
+                raise ResourceExpired(410, str(exc.reason)) from exc
+            raise
+        return RawWatch(response)

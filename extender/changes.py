@@ -1,0 +1,165 @@
+"""What one watch event changes in the cluster state: nodes reduced to `NodeRecord`, pods to (node, requests).
+
+Pure functions, shared by the informer (in its worker threads), the offline list files and the benchmarks.
+A pod counts on its node when bound and not finished; its key is its uid (else namespace/name), as the
+assume cache keys it, so a pod seen bound replaces its assumption.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from extender.demand import FINISHED_PHASES, pod_requests
+from extender.inventory import NodeRecord, node_from_json
+from extender.state import ClusterState, Requests
+from gpupack.kube import Kind
+from gpupack.policy import Policy
+
+log = logging.getLogger(__name__)
+
+BAD_OBJECT = (ValueError, TypeError, AttributeError, KeyError)
+"""What reading a malformed object raises (DemandError is a ValueError): skipped, never fatal."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChange:
+    """A node to add or replace (`record`), or to forget (`record` None)."""
+
+    name: str
+    record: NodeRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodChange:
+    """A pod counted on `node` with `requests`; uncounted when `node` is None (pending, finished, deleted)."""
+
+    key: str
+    node: str | None
+    requests: Requests
+    deleted: bool = False
+
+
+Change = NodeChange | PodChange
+
+
+def node_change(event_type: str, node: dict[str, Any], policy: Policy) -> NodeChange:
+    """The change a node event makes. Raises ValueError for a node without a name."""
+    if event_type == "DELETED":
+        name = (node.get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("node without metadata.name")
+        return NodeChange(name, None)
+    record = node_from_json(node, policy)
+    return NodeChange(record.name, record)
+
+
+class RequestsCache:
+    """Requests by the shape of a pod's container resources. The pods of one Deployment or Job share a shape:
+    each shape is parsed once, and its requests tuple is held once for all of them (150,000 pods)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._cache: dict[bytes, Requests] = {}
+
+    def requests(self, spec: dict[str, Any], shared_resource: str) -> Requests:
+        """`pod_requests(spec)` as a tuple. Raises DemandError as it does (errors are not cached)."""
+        try:
+            key = orjson.dumps(
+                (
+                    shared_resource,
+                    [c.get("resources") for c in spec.get("containers") or ()],
+                    [c.get("resources") for c in spec.get("initContainers") or ()],
+                )
+            )
+        except (TypeError, AttributeError):  # not the shape of a pod spec: let pod_requests say why
+            return tuple(pod_requests(spec, shared_resource).items())
+        found = self._cache.get(key)
+        if found is None:
+            found = tuple(pod_requests(spec, shared_resource).items())
+            if len(self._cache) >= self._size:
+                self._cache.clear()
+            self._cache[key] = found
+        return found
+
+
+def pod_change(
+    event_type: str, pod: dict[str, Any], shared_resource: str, cache: RequestsCache | None = None
+) -> PodChange:
+    """The change a pod event makes: counted when bound and not finished (as `extender.demand` reads requests). Raises
+    ValueError (DemandError) for a pod without a name or whose requests cannot be read."""
+    meta = pod.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("pod without metadata.name")
+    key = str(meta.get("uid") or f"{meta.get('namespace', '')}/{name}")  # as demand_of keys it
+    if event_type == "DELETED":
+        return PodChange(key, None, (), deleted=True)
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+        return PodChange(key, None, ())
+    requests = (
+        cache.requests(spec, shared_resource)
+        if cache is not None
+        else tuple(pod_requests(spec, shared_resource).items())
+    )
+    # thousands of pods share a node: one string object per node name
+    return PodChange(key, sys.intern(str(node)), requests)
+
+
+def reduce_event(
+    kind: Kind, event: dict[str, Any], policy: Policy, cache: RequestsCache | None = None
+) -> Change | None:
+    """The change an ADDED, MODIFIED or DELETED event makes; None for a BOOKMARK or an unknown type.
+    Raises ValueError, TypeError... for a malformed object (see BAD_OBJECT)."""
+    event_type = event.get("type")
+    if event_type not in ("ADDED", "MODIFIED", "DELETED"):
+        return None
+    obj = event["object"]
+    if kind == "nodes":
+        return node_change(event_type, obj, policy)
+    return pod_change(event_type, obj, policy.time_slicing.resource_name, cache)
+
+
+def apply_changes(state: ClusterState, changes: Iterable[Change]) -> None:
+    """Apply reduced changes in order. Call on the event loop only."""
+    for change in changes:
+        if isinstance(change, PodChange):
+            if change.deleted:
+                state.remove_pod(change.key)
+            else:
+                state.upsert_pod(change.key, change.node, change.requests)
+        elif change.record is None:
+            state.remove_node(change.name)
+        else:
+            state.upsert_node(change.record)
+
+
+def apply_events(
+    state: ClusterState,
+    kind: Kind,
+    events: Iterable[dict[str, Any]],
+    policy: Policy,
+    cache: RequestsCache | None = None,
+) -> int:
+    """Reduce and apply raw watch events, as the informer does (minus the threads); malformed objects are
+    skipped with a log line. Returns how many were skipped."""
+    changes: list[Change] = []
+    skipped = 0
+    for event in events:
+        try:
+            change = reduce_event(kind, event, policy, cache)
+        except BAD_OBJECT as exc:
+            skipped += 1
+            log.warning("skipping a malformed object: %s", exc, extra={"kind": kind})
+            continue
+        if change is not None:
+            changes.append(change)
+    apply_changes(state, changes)
+    return skipped

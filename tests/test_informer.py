@@ -1,0 +1,385 @@
+"""The watch cache against a local API server that speaks list (paginated) and watch (chunked JSON lines),
+through the real kubernetes client: first list, events, bookmarks, 410 Gone, a dropped connection."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from kubernetes import client
+
+from extender.changes import apply_events
+from extender.informer import Backoff, Informer
+from extender.state import ClusterState
+from gpupack.kube import RawListWatch
+from tests.extender_kit import gpu_pod, node, policy
+
+GPU = "nvidia.com/gpu"
+DROP = b"drop"
+END = b"end"
+
+
+def bound(name: str, node_name: str, gpus: int = 1, phase: str = "Running") -> dict[str, Any]:
+    """A pod bound to `node_name` asking for `gpus` whole GPUs, 1 CPU and 4Gi."""
+    pod = gpu_pod(GPU, gpus, name=name)
+    pod["spec"]["nodeName"] = node_name
+    pod["status"] = {"phase": phase}
+    return pod
+
+
+class FakeApiServer:
+    """`/api/v1/nodes` and `/api/v1/pods`: lists two items per page; watches replay the history after the
+    version asked for, then stream what the test does, until `timeoutSeconds`."""
+
+    def __init__(self) -> None:
+        self.version = 100
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {"nodes": {}, "pods": {}}
+        self.history: dict[str, list[tuple[int, bytes]]] = {"nodes": [], "pods": []}
+        self.oldest = {"nodes": 0, "pods": 0}
+        """Watches from a version below this get 410 Gone (the history was compacted)."""
+        self.streams: dict[str, list[asyncio.Queue[bytes]]] = {"nodes": [], "pods": []}
+        self.lists: list[str] = []
+        self.watches: list[tuple[str, str]] = []
+        """(kind, resourceVersion) of every watch request, in order."""
+        self.list_gate = asyncio.Event()
+        self.list_gate.set()
+        self.gone_on_next_watch: set[str] = set()
+        """Kinds whose next watch request gets HTTP 410."""
+
+    # what the tests do -------------------------------------------------------------------------------------
+    def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        obj = orjson.loads(orjson.dumps(obj))
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        return obj
+
+    def _send(self, kind: str, line: bytes, keep: bool = True) -> None:
+        if keep:
+            self.history[kind].append((self.version, line))
+        for queue in self.streams[kind]:
+            queue.put_nowait(line)
+
+    def seed(self, kind: str, *objs: dict[str, Any]) -> None:
+        """Objects that exist before anyone lists (no events)."""
+        for obj in objs:
+            obj = self._bump(obj)
+            self.objects[kind][self._key(obj)] = obj
+
+    def event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """ADDED, MODIFIED or DELETED: stored and streamed to live watches."""
+        obj = self._bump(obj)
+        if event_type == "DELETED":
+            self.objects[kind].pop(self._key(obj), None)
+        else:
+            self.objects[kind][self._key(obj)] = obj
+        self._send(kind, orjson.dumps({"type": event_type, "object": obj}) + b"\n")
+
+    def raw_event(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """An event streamed but not stored (a malformed object the server lets through)."""
+        self.version += 1
+        obj = {**obj, "metadata": {**obj.get("metadata", {}), "resourceVersion": str(self.version)}}
+        self._send(kind, orjson.dumps({"type": event_type, "object": obj}) + b"\n")
+
+    def bookmark(self, kind: str) -> str:
+        """A BOOKMARK to live watches: nothing changed up to this new version."""
+        self.version += 1
+        obj = {"kind": "Pod" if kind == "pods" else "Node", "metadata": {"resourceVersion": str(self.version)}}
+        self._send(kind, orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n", keep=False)
+        return str(self.version)
+
+    def compact(self, kind: str) -> None:
+        """Forget the history: watches from any version before the current one get 410."""
+        self.history[kind].clear()
+        self.oldest[kind] = self.version
+
+    def expire(self, kind: str) -> None:
+        """Compact, and tell live watches with an ERROR 410 event (then end them, as the API server does)."""
+        self.compact(kind)
+        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
+        self._send(kind, orjson.dumps({"type": "ERROR", "object": {**status, "message": "too old"}}) + b"\n", False)
+        self._send(kind, END, keep=False)
+
+    def drop(self, kind: str) -> None:
+        """Close the connections of live watches mid-stream."""
+        self._send(kind, DROP, keep=False)
+
+    # HTTP --------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _key(obj: dict[str, Any]) -> str:
+        meta = obj["metadata"]
+        return f"{meta.get('namespace', '')}/{meta['name']}"
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        kind = request.match_info["kind"]
+        if request.query.get("watch") in ("1", "true", "True"):
+            return await self._watch(request, kind)
+        await self.list_gate.wait()
+        start = int(request.query.get("continue") or 0)
+        if not start:
+            self.lists.append(kind)
+        items = [self.objects[kind][k] for k in sorted(self.objects[kind])]
+        end = start + min(int(request.query.get("limit") or 500), 2)
+        meta = {"resourceVersion": str(self.version), **({"continue": str(end)} if end < len(items) else {})}
+        return web.json_response({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items[start:end]})
+
+    async def _watch(self, request: web.Request, kind: str) -> web.StreamResponse:
+        since = request.query.get("resourceVersion", "")
+        self.watches.append((kind, since))
+        if kind in self.gone_on_next_watch or int(since or 0) < self.oldest[kind]:
+            self.gone_on_next_watch.discard(kind)
+            body = {"kind": "Status", "code": 410, "reason": "Expired", "message": f"too old resource version: {since}"}
+            return web.json_response(body, status=410)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+        for version, line in self.history[kind]:
+            if version > int(since or 0):
+                queue.put_nowait(line)
+        self.streams[kind].append(queue)
+        deadline = time.monotonic() + float(request.query.get("timeoutSeconds") or 30)
+        try:
+            while True:
+                try:
+                    line = await asyncio.wait_for(queue.get(), max(deadline - time.monotonic(), 0))
+                except TimeoutError:
+                    break
+                if line == END:
+                    break
+                if line == DROP:
+                    assert request.transport is not None
+                    request.transport.close()
+                    return response
+                await response.write(line)
+        finally:
+            self.streams[kind].remove(queue)
+        await response.write_eof()
+        return response
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api/v1/{kind:nodes|pods}", self.handle)
+        return app
+
+
+@dataclass
+class Running:
+    """An informer running against the fake server, its state and its task."""
+
+    fake: FakeApiServer
+    informer: Informer
+    state: ClusterState
+    task: asyncio.Task[None]
+
+    async def until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        """Wait until `check()` holds (the informer works in threads, so poll)."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert not self.task.done(), self.task
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not reached in {timeout}s; counters {self.informer.counters}")
+            await asyncio.sleep(0.01)
+
+    def gpus_used(self, node_name: str) -> int:
+        return self.state.used(node_name).get(GPU, 0)
+
+
+@pytest.fixture
+async def fake() -> FakeApiServer:
+    server = FakeApiServer()
+    server.seed("nodes", node("n1", {GPU: 8}), node("n2", {GPU: 8}), node("n3", {GPU: 8}))
+    server.seed("pods", bound("a", "n1"), bound("b", "n1", 2), bound("c", "n2"), gpu_pod(GPU, name="pending"))
+    return server
+
+
+@pytest.fixture
+async def running(aiohttp_server: Any, fake: FakeApiServer) -> AsyncIterator[Running]:
+    server = await aiohttp_server(fake.app())
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.port}"
+    api = client.ApiClient(configuration)
+    state = ClusterState()
+    the_policy = policy()
+    informer = Informer(
+        RawListWatch(api), state, lambda: the_policy, backoff=Backoff(initial=0.01, cap=0.05), watch_timeout=30
+    )
+    task = asyncio.create_task(informer.run())
+    try:
+        yield Running(fake, informer, state, task)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        api.close()
+
+
+async def test_first_list_fills_the_state_skipping_bad_pods_and_only_then_it_is_synced(
+    aiohttp_server: Any, fake: FakeApiServer
+) -> None:
+    broken = bound("broken", "n3")
+    broken["spec"]["containers"][0]["resources"]["requests"][GPU] = "two"
+    fake.seed("pods", broken)
+    fake.list_gate.clear()
+    server = await aiohttp_server(fake.app())
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.port}"
+    with client.ApiClient(configuration) as api:
+        state = ClusterState()
+        the_policy = policy()
+        informer = Informer(RawListWatch(api), state, lambda: the_policy, backoff=Backoff(initial=0.01))
+        task = asyncio.create_task(informer.run())
+        await asyncio.sleep(0.2)
+        assert not state.synced and not informer.synced.is_set()
+        fake.list_gate.set()
+        await asyncio.wait_for(informer.wait_synced(), 10)
+        assert state.synced
+        assert sorted(state.nodes) == ["n1", "n2", "n3"]
+        assert state.used("n1")[GPU] == 3 and state.used("n2")[GPU] == 1 and state.used("n3") == {}
+        assert state.used("n1")["cpu"] == 2000
+        assert len(state.pods) == 3  # the pending pod is not counted, the broken one is skipped
+        assert informer.counters.skipped == 1 and informer.counters.lists == 2
+        assert informer.resource_versions == {"nodes": "108", "pods": "108"}
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+async def test_added_modified_and_deleted_pods_update_the_usage_of_their_node(running: Running) -> None:
+    await asyncio.wait_for(running.informer.wait_synced(), 10)
+    fake = running.fake
+    fake.event("pods", "ADDED", bound("d", "n3", 4))
+    await running.until(lambda: running.gpus_used("n3") == 4)
+    fake.event("pods", "MODIFIED", bound("d", "n3", 4, phase="Succeeded"))  # finished: frees its GPUs
+    fake.event("pods", "DELETED", bound("b", "n1", 2))
+    fake.event("pods", "MODIFIED", {**gpu_pod(GPU, name="pending"), "spec": bound("x", "n2")["spec"]})  # bound
+    await running.until(lambda: running.gpus_used("n1") == 1 and running.gpus_used("n2") == 2)
+    assert running.gpus_used("n3") == 0
+    assert running.informer.resource_versions["pods"] == str(fake.version)
+
+
+async def test_node_events_add_replace_and_forget_nodes(running: Running) -> None:
+    await asyncio.wait_for(running.informer.wait_synced(), 10)
+    fake = running.fake
+    fake.event("nodes", "ADDED", node("n4", {GPU: 4}))
+    fake.event("nodes", "MODIFIED", node("n1", {GPU: 2}))
+    fake.event("nodes", "DELETED", node("n2"))
+    await running.until(lambda: "n4" in running.state.nodes and "n2" not in running.state.nodes)
+    assert running.state.nodes["n1"].allocatable[GPU] == 2
+    assert running.informer.resource_versions["nodes"] == str(fake.version)
+
+
+async def test_a_bookmark_moves_the_version_the_next_watch_starts_from(running: Running) -> None:
+    await asyncio.wait_for(running.informer.wait_synced(), 10)
+    fake = running.fake
+    await running.until(lambda: len(fake.streams["pods"]) == 1)
+    marked = fake.bookmark("pods")
+    await running.until(lambda: running.informer.resource_versions["pods"] == marked)
+    fake.drop("pods")
+    await running.until(lambda: ("pods", marked) in fake.watches)
+    assert len(running.state.pods) == 3 and fake.lists.count("pods") == 1
+
+
+@pytest.mark.parametrize("how", ["error event", "http 410"])
+async def test_410_gone_lists_again_and_the_state_matches_the_new_list(running: Running, how: str) -> None:
+    await asyncio.wait_for(running.informer.wait_synced(), 10)
+    fake = running.fake
+    await running.until(lambda: len(fake.streams["pods"]) == 1)
+    # while the informer is not looking: b is gone, e appeared on n3 (no event will say so)
+    fake.objects["pods"].pop("ml/b")
+    fake.seed("pods", bound("e", "n3", 2))
+    if how == "error event":
+        fake.expire("pods")
+    else:
+        fake.compact("pods")
+        fake.gone_on_next_watch.add("pods")
+        fake.drop("pods")
+    await running.until(lambda: fake.lists.count("pods") == 2)
+    await running.until(lambda: running.gpus_used("n3") == 2)
+    assert running.gpus_used("n1") == 1 and running.gpus_used("n2") == 1
+    assert sorted(running.state.pods) == ["uid-a", "uid-c", "uid-e"]
+    assert running.informer.counters.relists == 1
+    await running.until(lambda: fake.watches[-1] == ("pods", str(fake.version)))
+
+
+async def test_a_dropped_connection_resumes_from_the_last_version_without_losing_state(running: Running) -> None:
+    await asyncio.wait_for(running.informer.wait_synced(), 10)
+    fake = running.fake
+    fake.event("pods", "ADDED", bound("d", "n3"))
+    await running.until(lambda: running.gpus_used("n3") == 1)
+    seen = running.informer.resource_versions["pods"]
+    fake.drop("pods")
+    await running.until(lambda: fake.watches.count(("pods", seen)) == 1 and len(fake.streams["pods"]) == 1)
+    fake.event("pods", "ADDED", bound("f", "n3"))
+    await running.until(lambda: running.gpus_used("n3") == 2)
+    assert running.gpus_used("n1") == 3 and fake.lists.count("pods") == 1
+    assert running.informer.counters.errors >= 1
+
+
+async def test_a_malformed_pod_is_skipped_and_the_watch_goes_on(running: Running) -> None:
+    await asyncio.wait_for(running.informer.wait_synced(), 10)
+    fake = running.fake
+    broken = bound("broken", "n3")
+    broken["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    fake.raw_event("pods", "ADDED", broken)
+    fake.raw_event("pods", "ADDED", {"metadata": {"namespace": "ml"}, "spec": {"nodeName": "n3"}})
+    fake.event("pods", "ADDED", bound("g", "n3"))
+    await running.until(lambda: running.gpus_used("n3") == 1)
+    assert running.informer.counters.skipped == 2 and "uid-broken" not in running.state.pods
+
+
+def test_apply_events_counts_bound_pods_and_skips_bad_ones() -> None:
+    state = ClusterState()
+    events = [
+        {"type": "ADDED", "object": bound("a", "n1", 2)},
+        {"type": "ADDED", "object": {"metadata": {}}},
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}},
+        {"type": "ADDED", "object": bound("b", "n1")},
+        {"type": "DELETED", "object": bound("a", "n1", 2)},
+    ]
+    assert apply_events(state, "pods", events, policy()) == 1
+    assert state.used("n1") == {GPU: 1, "cpu": 1000, "memory": 4 * 2**30}
+
+
+async def test_extender_service_serves_from_the_watch_once_listed(
+    aiohttp_server: Any, aiohttp_client: Any, fake: FakeApiServer, tmp_path: Any
+) -> None:
+    """`gpupack extender --kubeconfig`: not ready until the first list; then /filter reads the watched state and
+    /metrics counts the watch."""
+    from prometheus_client import CollectorRegistry
+
+    from extender.service import ExtenderConfig, build_app
+    from gpupack.server import ServeOptions
+
+    fake.seed("nodes", node("n1", {GPU: 8}))
+    fake.seed("pods", bound("a", "n1", 8))
+    fake.list_gate.clear()
+    server = await aiohttp_server(fake.app())
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "http://127.0.0.1:{server.port}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: c, context: {{cluster: fake, user: u}}}}]
+current-context: c
+"""
+    )
+    app = build_app(ExtenderConfig(None, ServeOptions(), kubeconfig=kubeconfig), CollectorRegistry())
+    client_ = await aiohttp_client(app)
+    assert (await client_.get("/readyz")).status == 503
+    fake.list_gate.set()
+    deadline = time.monotonic() + 10
+    while (await client_.get("/readyz")).status != 200:
+        assert time.monotonic() < deadline, "never synced"
+        await asyncio.sleep(0.05)
+    args = {"Pod": gpu_pod(GPU, 1, "training", name="b"), "NodeNames": ["n1"], "Nodes": None}
+    body = await (await client_.post("/filter", json=args)).json()
+    assert body["FailedNodes"] == {"n1": f"0 of 8 {GPU} free, pod needs 1"}
+    metrics = await (await client_.get("/metrics")).text()
+    assert "gpupack_extender_watch_lists_total 2.0" in metrics
