@@ -2,6 +2,7 @@
 
     gpupack webhook   serve the mutating admission webhook (TLS)
     gpupack extender  serve the kube-scheduler extender (filter, prioritize)
+    gpupack simulate  replay a GPU trace through the placement policies
     gpupack mutate    preview offline what the webhook does to a Pod
     gpupack certs     issue a CA and a serving certificate, print the caBundle
     gpupack demo      the embedded demo behind `make run` (no cluster needed)
@@ -82,6 +83,29 @@ def _parser() -> argparse.ArgumentParser:
     ext.add_argument("--policy-poll-seconds", type=_positive, default=5.0, help="policy file check period")
     ext.add_argument("--cert-poll-seconds", type=_positive, default=10.0, help="certificate files check period")
 
+    sim = sub.add_parser(
+        "simulate",
+        help="replay a GPU trace through the placement policies",
+        description="Replay the Alibaba openb GPU-sharing trace with the published protocol (shuffle per seed, "
+        "inflate to 1.3x the cluster's GPU capacity, pods never leave) under each placement policy, and report "
+        "GPU allocation, unallocated GPUs, fragmentation and idle nodes at 100%% and 130%% arrived demand.",
+    )
+    sim.add_argument(
+        "--trace",
+        type=Path,
+        help="directory of the openb CSVs (default: ../shared/traces/alibaba-gpu-v2023/csv beside the repository)",
+    )
+    sim.add_argument("--variant", default="default", help="pod list: default, gpushare40, ... or a CSV path")
+    sim.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help="random, spread, binpack, bestfit, dotproduct or fgd; repeat to choose several (default: all)",
+    )
+    sim.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, ... (default 10)")
+    sim.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    sim.add_argument("--plot", type=Path, metavar="FILE.png", help="draw allocation against arrived demand")
+
     mutate = sub.add_parser(
         "mutate",
         help="preview what the webhook does to a Pod",
@@ -161,6 +185,12 @@ def _cmd_extender(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from simulator.cli import run
+
+    return run(args)
+
+
 def _read_json(path: Path | None) -> dict[str, object] | None:
     if path is None:
         return None
@@ -209,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {
         "webhook": _cmd_webhook,
         "extender": _cmd_extender,
+        "simulate": _cmd_simulate,
         "mutate": _cmd_mutate,
         "certs": _cmd_certs,
         "demo": _cmd_demo,

@@ -20,7 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpupack", *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("command", [[], ["webhook"], ["extender"], ["mutate"], ["certs"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["webhook"], ["extender"], ["simulate"], ["mutate"], ["certs"], ["demo"]])
 def test_every_command_explains_itself(command: list[str]) -> None:
     result = run(*command, "--help")
     assert result.returncode == 0 and "usage: gpupack" in result.stdout
@@ -126,3 +126,22 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert placed["llm-7b"] == placed["llm-7b-b"] == "a100-mig-1"  # packed onto the A100 already in use
     empty = re.search(r"GPU nodes left empty\s+(\d+)\s+(\d+)", out)
     assert empty is not None and int(empty.group(2)) > int(empty.group(1))  # gpupack leaves more to remove
+
+
+def test_simulate_prints_the_json_report_and_draws_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    png = tmp_path / "alloc.png"
+    assert main(["simulate", "--policy", "bestfit", "--seeds", "1", "--json", "--plot", str(png)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    bestfit = report["policies"]["bestfit"]
+    assert bestfit["seeds"] == 1
+    assert set(bestfit["at"]) == {"100", "130"}
+    assert set(bestfit["at"]["130"]) == {"alloc_pct", "unallocated_gpus", "frag_ratio", "idle_nodes"}
+    assert 92.0 < bestfit["at"]["130"]["alloc_pct"] < 94.5  # published: 93.08
+    assert png.read_bytes().startswith(b"\x89PNG")
+
+
+def test_simulate_names_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--policy", "nope"]) == 2
+    assert "unknown policy nope" in capsys.readouterr().err
+    assert main(["simulate", "--trace", str(tmp_path)]) == 2
+    assert "download cluster-trace-gpu-v2023" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Simulator benchmark: `python -m bench.simulator`."""
