@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
@@ -21,7 +21,7 @@ from extender.informer import InformerCounters
 from extender.live import EMPTY, LiveMetrics
 from extender.metrics import ExtenderMetrics
 from extender.state import ClusterState
-from extender.verbs import View, describe_state, filter_nodes, prioritize_nodes
+from extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
 from extender.wire import ArgsError, ExtenderArgs, filter_result, parse_args, priority_list
 from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyTimeout, add_standard_routes, read_body
@@ -51,10 +51,12 @@ class Extender:
     metrics: ExtenderMetrics | None = None
     watch: InformerCounters | None = None
     """The list + watch counters (None without an API watch)."""
+    cache: DecisionCache = field(default_factory=DecisionCache)
 
     def view(self) -> View:
         """A consistent set of inputs for one request."""
-        return View(self.state, self.live, self.policy.policy)
+        current = self.policy.current
+        return View(self.state, self.live, current.policy, current.version, self.cache)
 
 
 EXTENDER: web.AppKey[Extender] = web.AppKey("extender")

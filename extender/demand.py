@@ -39,6 +39,18 @@ class PodDemand:
     """Must never run on a spot node: inference, StatefulSet pods, and classes whose policy forbids spot."""
 
     @property
+    def shape(self) -> tuple[object, ...]:
+        """Everything a decision reads of the pod: pods of one shape get the same verdict on the same node."""
+        return (
+            self.gpu_resource,
+            self.gpu_count,
+            self.workload,
+            self.latency_critical,
+            self.avoid_spot,
+            tuple(sorted(self.requests.items())),
+        )
+
+    @property
     def shared(self) -> bool:
         """Whether the pod shares a GPU (time-sliced replica or MIG instance)."""
         return self.gpu_resource is not None and self.gpu_resource != contract.RESOURCE_GPU

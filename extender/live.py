@@ -14,6 +14,7 @@ unknown, and a node with no fresh GPU is scored neutral and never filtered for l
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,27 +51,52 @@ class GpuLive:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeUtils:
+    """A node's GPU utilizations with a value, and the oldest sample among them: the verbs' fast path."""
+
+    utils: tuple[float, ...]
+    oldest: float
+
+
+@dataclass(frozen=True, slots=True)
 class LiveMetrics:
     """A snapshot of every node's GPUs, built in the background and only read by the verbs."""
 
     nodes: Mapping[str, Mapping[str, GpuLive]]
     read_at: float
     """When the source was last read successfully (0: never)."""
+    summary: Mapping[str, NodeUtils] = field(default_factory=dict)
+    newest_at: float | None = None
+    """Time of the newest sample of any GPU (None when there is none)."""
+    serial: int = 0
+    """Distinct for every snapshot built: cached decisions made on another snapshot are void."""
 
     def fresh_utils(self, node: str, now: float, max_age: float) -> tuple[float, ...]:
         """Utilizations (0-1) of the node's GPUs whose data is at most `max_age` seconds old."""
-        gpus = self.nodes.get(node)
-        if not gpus:
+        summary = self.summary.get(node)
+        if summary is None:
             return ()
-        return tuple(g.util for g in gpus.values() if g.util is not None and now - g.at <= max_age)
+        if now - summary.oldest <= max_age:  # all fresh: the usual case, no walk over the GPUs
+            return summary.utils
+        return tuple(g.util for g in self.nodes[node].values() if g.util is not None and now - g.at <= max_age)
+
+    def fresh_until(self, node: str, now: float, max_age: float) -> float:
+        """When `fresh_utils(node)` next changes as samples age (infinity when it cannot)."""
+        summary = self.summary.get(node)
+        if summary is None:
+            return float("inf")
+        if now - summary.oldest <= max_age:
+            return summary.oldest + max_age
+        ages = [g.at + max_age for g in self.nodes[node].values() if g.util is not None and now - g.at <= max_age]
+        return min(ages, default=float("inf"))
 
     def newest(self) -> float | None:
         """Time of the newest sample of any GPU (None when there is none)."""
-        times = [g.at for gpus in self.nodes.values() for g in gpus.values()]
-        return max(times) if times else None
+        return self.newest_at
 
 
 EMPTY = LiveMetrics({}, 0.0)
+_SERIALS = itertools.count(1)
 
 
 def node_of(labels: Mapping[str, str], node_label: str | None) -> str | None:
@@ -113,8 +139,14 @@ def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) 
             gpu.fb_used = (gpu.fb_used or 0.0) + s.value
         elif s.signal == FB_FREE:
             gpu.fb_free = (gpu.fb_free or 0.0) + s.value
-    for gpus in nodes.values():
+    summary: dict[str, NodeUtils] = {}
+    newest: float | None = None
+    for name, gpus in nodes.items():
         for gpu in gpus.values():
             if gpu.mig_activity:
                 gpu.util = min(sum(a * n for a, n in gpu.mig_activity.values()) / 7.0, 1.0)
-    return LiveMetrics(nodes, read_at)
+            newest = gpu.at if newest is None else max(newest, gpu.at)
+        valued = [g for g in gpus.values() if g.util is not None]
+        if valued:
+            summary[name] = NodeUtils(tuple(g.util for g in valued if g.util is not None), min(g.at for g in valued))
+    return LiveMetrics(nodes, read_at, summary, newest, next(_SERIALS))

@@ -7,7 +7,7 @@ and the simulator all drive the same code with snapshots they build their own wa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.inventory import NodeRecord
 
@@ -21,16 +21,17 @@ class NodeSnapshot:
     """Requested by bound pods and assumed placements, per resource (same units as `allocatable`)."""
     utils: tuple[float, ...] = ()
     """Utilization 0-1 of each GPU with fresh data; empty when none is fresh (scores then stay neutral)."""
+    gpu_used: float = field(init=False)
+    """Physical GPUs' worth of GPU resources requested on the node (computed once: every score reads it)."""
+
+    def __post_init__(self) -> None:
+        shares = self.node.shares
+        used = sum(n * shares[r] for r, n in self.used.items() if r in shares)
+        object.__setattr__(self, "gpu_used", used)
 
     def free(self, resource: str) -> int:
         """Units of `resource` not yet requested (never below zero)."""
         return max(self.node.allocatable.get(resource, 0) - self.used.get(resource, 0), 0)
-
-    @property
-    def gpu_used(self) -> float:
-        """Physical GPUs' worth of GPU resources requested on the node."""
-        shares = self.node.shares
-        return sum(n * shares[r] for r, n in self.used.items() if r in shares)
 
     @property
     def empty(self) -> bool:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from extender.inventory import NodeRecord
 
 Requests = tuple[tuple[str, int], ...]
+_NOTHING: Mapping[str, int] = {}
+CHANGE_LOG = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +54,46 @@ class ClusterState:
         self._assumed_by_node: dict[str, set[str]] = {}
         self.synced = False
         """True once a first full list of nodes and pods has been applied."""
+        self.epoch = 0
+        """Bumped when everything is replaced (a full list): every cached decision is void."""
+        self._changed: list[str] = []
+        """Nodes whose inputs to a decision changed (record, usage, assumptions), in order; see `changed_since`."""
+        self._changed_base = 0
+
+    def _touch(self, node: str) -> None:
+        self._changed.append(node)
+        if len(self._changed) > CHANGE_LOG:  # readers that far behind start over
+            self._changed_base += len(self._changed)
+            self._changed = []
+            self.epoch += 1
+
+    @property
+    def change_count(self) -> int:
+        """How many node changes happened so far (a position in the change log)."""
+        return self._changed_base + len(self._changed)
+
+    def changed_since(self, position: int) -> list[str] | None:
+        """Nodes changed after `position` (with repeats); None when that position is no longer in the log."""
+        start = position - self._changed_base
+        if start < 0:
+            return None
+        return self._changed[start:]
 
     # nodes -------------------------------------------------------------------------------------------------
     def upsert_node(self, node: NodeRecord) -> None:
         """Add or replace a node."""
         self.nodes[node.name] = node
+        self._touch(node.name)
 
     def remove_node(self, name: str) -> None:
         """Forget a node (its pods are removed by their own events)."""
         self.nodes.pop(name, None)
+        self._touch(name)
 
     def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
         """Replace every node (after a full list)."""
         self.nodes = {n.name: n for n in nodes}
+        self.epoch += 1
 
     # pods --------------------------------------------------------------------------------------------------
     def upsert_pod(self, key: str, node: str | None, requests: Requests) -> None:
@@ -72,10 +101,12 @@ class ClusterState:
         old = self.pods.pop(key, None)
         if old is not None:
             _add(self._usage.setdefault(old.node, {}), old.requests, -1)
+            self._touch(old.node)
         if node:
             self._forget_assumed(key)
             self.pods[key] = PodRecord(node, requests)
             _add(self._usage.setdefault(node, {}), requests, +1)
+            self._touch(node)
 
     def remove_pod(self, key: str) -> None:
         """A deleted pod frees what it used and its assumption."""
@@ -91,6 +122,7 @@ class ClusterState:
             _add(self._usage.setdefault(node, {}), requests, +1)
         for key in [k for k in self._assumed if k in self.pods]:
             self._forget_assumed(key)
+        self.epoch += 1
 
     # the assume cache --------------------------------------------------------------------------------------
     def assume(self, key: str, node: str, requests: Mapping[str, int], ttl: float, now: float | None = None) -> None:
@@ -100,10 +132,12 @@ class ClusterState:
         self._forget_assumed(key)
         self._assumed[key] = Assumed(node, tuple(requests.items()), (now or time.monotonic()) + ttl)
         self._assumed_by_node.setdefault(node, set()).add(key)
+        self._touch(node)
 
     def _forget_assumed(self, key: str) -> None:
         assumed = self._assumed.pop(key, None)
         if assumed is not None:
+            self._touch(assumed.node)
             keys = self._assumed_by_node.get(assumed.node)
             if keys is not None:
                 keys.discard(key)
@@ -130,9 +164,20 @@ class ClusterState:
         return len(self._assumed)
 
     # reading -----------------------------------------------------------------------------------------------
-    def used(self, node: str, now: float | None = None) -> dict[str, int]:
-        """What bound pods and live assumptions use on `node`."""
-        usage = dict(self._usage.get(node, ()))
-        for assumed in self.assumed_on(node, now):
-            _add(usage, assumed.requests, +1)
-        return usage
+    def used(self, node: str, now: float | None = None) -> Mapping[str, int]:
+        """What bound pods and live assumptions use on `node` (read-only: it may be the running sums)."""
+        usage = self._usage.get(node, _NOTHING)
+        assumed = self.assumed_on(node, now)
+        if not assumed:
+            return usage
+        total = dict(usage)
+        for one in assumed:
+            _add(total, one.requests, +1)
+        return total
+
+    def valid_until(self, node: str) -> float:
+        """When the node's usage next changes by itself (its first assumption expiring; monotonic clock)."""
+        keys = self._assumed_by_node.get(node)
+        if not keys:
+            return float("inf")
+        return min(self._assumed[k].expires for k in keys)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from extender.demand import PodDemand
-from extender.filter import reject
+from extender.filter import Rejection, reject
 from extender.inventory import NodeRecord, node_from_json
 from extender.live import LiveMetrics
 from extender.score import score
@@ -29,12 +30,86 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Verdict:
+    """A node's answer for a pod: why it is filtered out (None: it is not) and its score."""
+
+    rejection: Rejection | None
+    score: int
+
+
+class _Table:
+    """The verdicts of one pod shape, and up to which state change, epoch and live snapshot they are current."""
+
+    __slots__ = ("epoch", "expiry", "position", "serial", "until", "verdicts")
+
+    def __init__(self) -> None:
+        self.verdicts: dict[str, Verdict] = {}
+        self.position = -1
+        self.epoch = -1
+        self.serial = -1
+        self.expiry: dict[str, float] = {}
+        """Per node whose verdict expires by itself: when (the earlier of assumption expiry and data ageing)."""
+        self.until = float("inf")
+        """The earliest of `expiry`."""
+
+
+class DecisionCache:
+    """Verdicts per pod shape and node, reused while nothing they read has changed.
+
+    kube-scheduler asks about the same few pod shapes (one Deployment's replicas) on hundreds of nodes, and
+    between two calls only the nodes touched by a pod event or an assumption change. Before a table is read it
+    catches up with the state's change log, dropping the verdicts of the nodes changed since; a full list or a
+    new live snapshot clears it, and verdicts that expire by themselves (an assumption ending, a GPU sample
+    ageing out) are dropped when their time comes. The answers are identical to computing afresh (tested); only
+    the recomputation is skipped.
+    """
+
+    def __init__(self, shapes: int = 32) -> None:
+        self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
+        self._shapes = shapes
+
+    def table(self, key: tuple[object, ...], state: ClusterState, serial: int, clock: float) -> dict[str, Verdict]:
+        """The current verdicts of one (policy version, pod shape); least recently used shapes are evicted."""
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = _Table()
+            if len(self._tables) > self._shapes:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(key)
+        changed = state.changed_since(table.position)
+        if table.epoch != state.epoch or table.serial != serial or changed is None:
+            table.verdicts.clear()
+            table.expiry.clear()
+            table.until = float("inf")
+            table.epoch, table.serial = state.epoch, serial
+        else:
+            for name in changed:
+                table.verdicts.pop(name, None)
+        table.position = state.change_count
+        if clock >= table.until:
+            for name in [n for n, t in table.expiry.items() if clock >= t]:
+                table.verdicts.pop(name, None)
+                del table.expiry[name]
+            table.until = min(table.expiry.values(), default=float("inf"))
+        return table.verdicts
+
+    def expires(self, key: tuple[object, ...], name: str, when: float) -> None:
+        """Record that the verdict just stored for `name` expires at `when` (a time on `clock`'s scale)."""
+        table = self._tables[key]
+        table.expiry[name] = when
+        table.until = min(table.until, when)
+
+
+@dataclass(frozen=True, slots=True)
 class View:
-    """What the verbs read: the cluster state, the live metrics and the policy in force."""
+    """What the verbs read: the cluster state, the live metrics, the policy in force and the decision cache."""
 
     state: ClusterState
     live: LiveMetrics
     policy: Policy
+    policy_version: str = ""
+    cache: DecisionCache | None = None
 
 
 @dataclass(slots=True)
@@ -48,35 +123,64 @@ class FilterOutcome:
     """The kind of each rejection (for the filter-reason counter)."""
 
 
-def _records(args: ExtenderArgs, view: View) -> list[tuple[str, NodeRecord | None]]:
-    if args.nodes is None:
-        nodes = view.state.nodes
-        return [(name, nodes.get(name)) for name in args.names]
-    out: list[tuple[str, NodeRecord | None]] = []
-    for node in args.nodes:
-        try:
-            record = node_from_json(node, view.policy)
-        except ValueError as exc:
-            raise ArgsError(f"ExtenderArgs.Nodes: {exc}") from exc
-        out.append((record.name, record))
-    return out
-
-
 def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSnapshot:
     """One node with its usage (bound + assumed) and fresh GPU utilizations."""
     max_age = view.policy.extender.metrics.max_age_seconds
     return NodeSnapshot(record, view.state.used(record.name, now), view.live.fresh_utils(record.name, wall, max_age))
 
 
+def verdict(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Verdict:
+    """Filter and score one node."""
+    return Verdict(reject(demand, snap, policy), score(demand, snap, policy))
+
+
+def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, Verdict | None]]:
+    """The verdict on each candidate, in order; None for a name the cache does not know.
+
+    Raises ArgsError for unreadable full Nodes (those are decided afresh: they are the scheduler's view).
+    """
+    now, wall = time.monotonic(), time.time()
+    policy = view.policy
+    if args.nodes is not None:
+        out: list[tuple[str, Verdict | None]] = []
+        for node in args.nodes:
+            try:
+                record = node_from_json(node, policy)
+            except ValueError as exc:
+                raise ArgsError(f"ExtenderArgs.Nodes: {exc}") from exc
+            out.append((record.name, verdict(demand, snapshot(record, view, now, wall), policy)))
+        return out
+    state, live, cache = view.state, view.live, view.cache
+    nodes = state.nodes
+    max_age = policy.extender.metrics.max_age_seconds
+    if cache is None:
+        return [
+            (name, None if (r := nodes.get(name)) is None else verdict(demand, snapshot(r, view, now, wall), policy))
+            for name in args.names
+        ]
+    # One clock for expiry: the monotonic one (assumptions), with data age converted from wall time.
+    key = (view.policy_version, demand.shape)
+    table = cache.table(key, state, live.serial, now)
+    out = []
+    for name in args.names:
+        found = table.get(name)
+        if found is None:
+            known = nodes.get(name)
+            if known is not None:
+                found = verdict(demand, snapshot(known, view, now, wall), policy)
+                table[name] = found
+                until = min(state.valid_until(name), now + (live.fresh_until(name, wall, max_age) - wall))
+                if until != float("inf"):
+                    cache.expires(key, name, until)
+        out.append((name, found))
+    return out
+
+
 def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOutcome:
     """Apply `extender.filter.reject` to each candidate. Raises ArgsError for unreadable full Nodes."""
-    now, wall = time.monotonic(), time.time()
     outcome = FilterOutcome()
-    for name, record in _records(args, view):
-        if record is None:
-            outcome.passed.append(name)
-            continue
-        rejection = reject(demand, snapshot(record, view, now, wall), view.policy)
+    for name, found in verdicts(demand, args, view):
+        rejection = found.rejection if found is not None else None
         if rejection is None:
             outcome.passed.append(name)
             continue
@@ -86,20 +190,17 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
         else:
             outcome.failed[name] = rejection.reason
     if len(outcome.passed) == 1 and demand.gpu_resource is not None:
-        _assume(demand, outcome.passed[0], view, now)
+        _assume(demand, outcome.passed[0], view, time.monotonic())
     return outcome
 
 
 def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, int]]:
     """Score each candidate 0..10 and assume the pod on the best one (the first of equals)."""
-    now, wall = time.monotonic(), time.time()
-    scores: list[tuple[str, int]] = []
-    for name, record in _records(args, view):
-        value = 0 if record is None else score(demand, snapshot(record, view, now, wall), view.policy)
-        scores.append((name, value))
+    scores = [(name, found.score if found is not None else 0) for name, found in verdicts(demand, args, view)]
     if scores and demand.gpu_resource is not None:
-        best = max(scores, key=lambda s: s[1])[0]
-        _assume(demand, best, view, now)
+        values = [value for _, value in scores]
+        best = scores[values.index(max(values))][0]
+        _assume(demand, best, view, time.monotonic())
     return scores
 
 

@@ -61,7 +61,7 @@ def parse_args(raw: bytes) -> ExtenderArgs:
     names = _field(body, "NodeNames")
     node_list = _field(body, "Nodes")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list) or not set(map(type, names)) <= {str}:
             raise ArgsError("ExtenderArgs.NodeNames must be a list of node names")
         return ExtenderArgs(pod, names, None)
     if node_list is None:

@@ -217,3 +217,14 @@ def test_static_source_raises_on_text_that_is_not_exposition(tmp_path: Path) -> 
     path.write_text("DCGM_FI_DEV_GPU_UTIL{gpu=0 oops\n")
     with pytest.raises(ValueError):
         StaticSource(path).read(MetricsPolicy())
+
+
+def test_static_source_parses_again_only_when_the_file_changes(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.txt"
+    path.write_text(exposition(SNAPSHOT))
+    source = StaticSource(path)
+    assert source.read(MetricsPolicy())
+    assert source.read(MetricsPolicy()) is None  # unchanged: the snapshot in force stays
+    path.write_text(exposition(SNAPSHOT, timestamp=NOW))
+    again = source.read(MetricsPolicy())
+    assert again and {x.at for x in again} == {NOW}

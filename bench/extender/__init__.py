@@ -1,0 +1,1 @@
+"""The scheduler extender benchmark: `python -m bench.extender` (see `__main__`)."""
