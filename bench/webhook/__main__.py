@@ -59,8 +59,12 @@ def wait_ready(port: int, timeout: float = 20.0) -> None:
 
 
 def _ms(text: str) -> float:
-    value, unit = re.match(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+    """A wrk duration (`812.00us`, `1.20ms`, `1.01s`, `1.50m`) in milliseconds."""
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
+    if match is None:
+        raise ValueError(f"unexpected duration in wrk's output: {text!r}")
+    value, unit = match.groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}[unit]
 
 
 def wrk_script(body: str, delay_ms: float | None = None) -> str:
@@ -90,8 +94,9 @@ def run_wrk(port: int, script: Path, connections: int, duration: int) -> dict[st
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _ms(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    # Anchored at the line start: the thread summary's "+/- Stdev" column (e.g. `90.50%`) also contains "50%".
+    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     socket_errors = re.search(r"Socket errors: (.*)", out)
     return {
