@@ -94,6 +94,7 @@ def run_wrk(port: int, script: Path, connections: int, duration: int) -> dict[st
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    requests = float(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     # Anchored at the line start: the thread summary's "+/- Stdev" column (e.g. `90.50%`) also contains "50%".
     p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
     p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
@@ -101,6 +102,7 @@ def run_wrk(port: int, script: Path, connections: int, duration: int) -> dict[st
     socket_errors = re.search(r"Socket errors: (.*)", out)
     return {
         "rps": rps,
+        "requests": requests,
         "p50_ms": p50,
         "p99_ms": p99,
         "non_2xx": float(errors.group(1)) if errors else 0.0,
@@ -108,15 +110,30 @@ def run_wrk(port: int, script: Path, connections: int, duration: int) -> dict[st
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc; taskset execs the server, so the pid is its)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(
     cmd: list[str], port: int, scripts: dict[str, Path], connections: int, duration: int
 ) -> dict[str, dict[str, float]]:
-    """Start one server on CPU 0, warm it up, then run wrk with each script in turn: {script name: result}."""
+    """Start one server on CPU 0, warm it up, then run wrk with each script in turn: {script name: result}.
+
+    Each result also has `cpu_us`: the server's CPU time (user + system) per request. Unlike requests/s, it
+    hardly moves when another process shares the machine, so it tells a code change from noise.
+    """
     server = subprocess.Popen(["taskset", "-c", "0", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(port)
         run_wrk(port, scripts["saturation"], connections, 2)  # warm-up
-        return {name: run_wrk(port, script, connections, duration) for name, script in scripts.items()}
+        results = {}
+        for name, script in scripts.items():
+            before = cpu_seconds(server.pid)
+            results[name] = run_wrk(port, script, connections, duration)
+            results[name]["cpu_us"] = (cpu_seconds(server.pid) - before) / results[name]["requests"] * 1e6
+        return results
     finally:
         server.terminate()
         server.wait(10)
@@ -167,12 +184,13 @@ def main() -> int:
         ]
         results["gpupack webhook"] = measure(gpupack, port, scripts, args.connections, args.duration)
     ratio = results["gpupack webhook"]["saturation"]["rps"] / results["bare aiohttp"]["saturation"]["rps"]
-    print(f"{'':<18}{'saturation':^30}{f'paced, {args.rate:g} req/s offered':^30}")
-    print(f"{'server':<18}" + f"{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}" * 2 + f"{'non-2xx':>10}")
+    print(f"{'':<18}{'saturation':^42}{f'paced, {args.rate:g} req/s offered':^30}")
+    print(f"{'server':<18}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU µs/req':>12}", end="")
+    print(f"{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
     for name, runs in results.items():
         sat, paced = runs["saturation"], runs["paced"]
         print(
-            f"{name:<18}{sat['rps']:>10.0f}{sat['p50_ms']:>10.2f}{sat['p99_ms']:>10.2f}"
+            f"{name:<18}{sat['rps']:>10.0f}{sat['p50_ms']:>10.2f}{sat['p99_ms']:>10.2f}{sat['cpu_us']:>12.0f}"
             f"{paced['rps']:>10.0f}{paced['p50_ms']:>10.2f}{paced['p99_ms']:>10.2f}"
             f"{sat['non_2xx'] + paced['non_2xx']:>10.0f}"
         )
@@ -182,9 +200,17 @@ def main() -> int:
         f"{args.rate:g} req/s: {p99:.2f} ms (target < 5 ms); {args.connections} connections, server on one core, "
         f"{os.cpu_count()} CPUs on this machine"
     )
+    cpu_bare, cpu_gpupack = (results[n]["saturation"]["cpu_us"] for n in ("bare aiohttp", "gpupack webhook"))
+    print(f"by server CPU per request: {cpu_bare / cpu_gpupack:.0%} ({cpu_gpupack:.0f} µs vs {cpu_bare:.0f} µs)")
     out = ROOT / "bench/results"
     out.mkdir(exist_ok=True)
-    summary = {"results": results, "ratio": ratio, "rate": args.rate, "connections": args.connections}
+    summary = {
+        "results": results,
+        "ratio": ratio,
+        "cpu_ratio": cpu_bare / cpu_gpupack,
+        "rate": args.rate,
+        "connections": args.connections,
+    }
     (out / "webhook.json").write_text(json.dumps(summary, indent=2))
     return 0
 
