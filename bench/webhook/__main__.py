@@ -8,8 +8,9 @@ saturation  every connection sends its next request as soon as the answer arrive
             do (requests/s) and its latency when the queue is always full. gpupack's throughput is reported
             as a fraction of the bare server's, measured in the same run. Target: >= 40%.
 paced       the same connections at a fixed total rate (`--rate`, 1,000 req/s by default): each waits
-            `connections / rate` seconds (wrk's `delay()`) after an answer before sending again. This is the
-            latency an admission sees when the webhook is busy but not overloaded. Target: p99 < 5 ms.
+            `connections / rate` seconds on average (wrk's `delay()`, exponentially distributed so that the
+            connections do not send in lockstep) after an answer before sending again. This is the latency an
+            admission sees when the webhook is busy but not overloaded. Target: p99 < 5 ms.
 
 Why two runs: wrk is closed-loop. With N connections at saturation, Little's law fixes the mean latency at
 N / throughput (16 connections at 2,000 req/s is 8 ms whatever the code does), so a latency target is only
@@ -68,13 +69,21 @@ def _ms(text: str) -> float:
 
 
 def wrk_script(body: str, delay_ms: float | None = None) -> str:
-    """A wrk Lua script POSTing `body`; with `delay_ms`, each connection pauses that long between requests.
+    """A wrk Lua script POSTing `body`; with `delay_ms`, each connection pauses that long on average between requests.
 
-    wrk truncates `delay()` to whole milliseconds; rounding up or down at random keeps the mean at `delay_ms`.
+    The pause is drawn from an exponential distribution (mean `delay_ms`), so requests arrive like independent pod
+    creations (close to a Poisson process). A fixed pause would keep all connections in lockstep from their common
+    start: bursts of `connections` requests at once, whose last one waits for the other 15 (16 x 0.4 ms = 6.4 ms of
+    queue at an average load of 40%), which measures wrk's schedule rather than the server. wrk truncates `delay()`
+    to whole milliseconds; adding a uniform [0, 1) before truncating keeps the mean.
     """
     script = f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = {json.dumps(body)}\n'
     if delay_ms is not None:
-        script += f"function delay()\n  return math.floor({delay_ms:.4f} + math.random())\nend\n"
+        script += (
+            "function delay()\n"
+            f"  return math.floor(-{delay_ms:.4f} * math.log(1 - math.random()) + math.random())\n"
+            "end\n"
+        )
     return script
 
 
