@@ -1,8 +1,10 @@
-"""Partial Kubernetes models: only the fields gpupack reads, everything else kept as it came.
+"""Partial Kubernetes models: only the fields gpupack reads; everything else stays in the raw object.
 
-Models use the API's camelCase names through aliases and `extra="allow"`, so a field added by a newer API
-server is neither rejected nor lost. They are read-only views: the webhook patches the raw object by path,
-never by re-serialising a model (a re-serialised partial model would drop what it does not know).
+Models use the API's camelCase names through aliases and `extra="ignore"`, so a field added by a newer API
+server is not rejected. They are read-only views: the webhook patches the raw object by path, never by
+re-serialising a model (a re-serialised partial model would drop what it does not know), so nothing is lost
+by ignoring the rest. Not keeping the unknown fields (`extra="allow"`) makes validating an admitted pod about
+a third faster: a pod carries many more fields (image, env, managedFields...) than gpupack reads.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 
 class _K8s(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
 class OwnerReference(_K8s):

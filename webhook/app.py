@@ -60,19 +60,32 @@ def _problem(state: WebhookState, status: int, reason: str, message: str) -> web
 
 def _record(state: WebhookState, decision: Decision, dry_run: bool) -> None:
     metrics = state.metrics
-    metrics.admissions.labels(decision.outcome, decision.workload, str(dry_run).lower()).inc()
+    metrics.admitted(decision.outcome, decision.workload, dry_run)
     mode = "audit" if decision.outcome == "audited" else "enforce"
     for kind in decision.change_kinds:
-        metrics.mutations.labels(kind, mode).inc()
+        metrics.mutated(kind, mode)
     if decision.outcome == "audited":
         log.info("audit: would %s", decision.message)
+
+
+async def _read_body(request: web.Request, timeout: float) -> bytes:
+    """The body; the timeout is armed only when part of it has yet to arrive.
+
+    The API server sends a review (a few KiB) in one write, so by the time the handler runs aiohttp has
+    usually parsed the whole body already: reading it then cannot block, and arming `asyncio.timeout` (a
+    timer scheduled and cancelled on the event loop) cost about 30 µs per request on the benchmark, as much
+    as the whole pod planning. A slow client still meets the timeout, because its body is not complete yet.
+    """
+    if request.content.is_eof():
+        return await request.read()
+    return await read_body(request, timeout)
 
 
 async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Response:
     state = request.app[STATE]
     started = time.perf_counter()
     try:
-        body = await read_body(request, state.settings.body_timeout)
+        body = await _read_body(request, state.settings.body_timeout)
     except BodyTimeout as exc:
         return _problem(state, 408, "timeout", str(exc))
     except web.HTTPRequestEntityTooLarge:
@@ -97,7 +110,7 @@ async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Respons
         return _problem(state, 400, "invalid_object", str(exc))
     except Exception:
         log.exception("admission failed", extra={"uid": uid, "pod": f"{req.namespace}/{req.name}"})
-        state.metrics.admissions.labels("error", "none", str(bool(req.dry_run)).lower()).inc()
+        state.metrics.admitted("error", "none", bool(req.dry_run))
         payload = error_response(uid, f"gpupack: internal error while admitting this pod (request uid {uid})")
     state.metrics.latency.observe(time.perf_counter() - started)
     return _json(200, payload)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Literal, cast
 
 from gpupack import contract
@@ -43,8 +44,8 @@ class WorkloadRequest:
         return format_gib(self.gpu_memory) if self.gpu_memory is not None else "unset"
 
 
-def _choice(pod: Pod, label: str, valid: tuple[str, ...]) -> str | None:
-    value = pod.labels.get(label)
+def _choice(labels: dict[str, str], label: str, valid: tuple[str, ...]) -> str | None:
+    value = labels.get(label)
     if value is None:
         return None
     if value not in valid:
@@ -52,22 +53,32 @@ def _choice(pod: Pod, label: str, valid: tuple[str, ...]) -> str | None:
     return value
 
 
+@lru_cache(maxsize=256)
+def _memory(value: str) -> Decimal:
+    """The quantity of a `gpu-memory` value, 0 when it is not one.
+
+    Cached: the pods of one Deployment all carry the same value, and parsing a quantity (a regex and Decimal
+    arithmetic) is a visible part of an admission. Decimals are immutable, so sharing the result is safe.
+    """
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return Decimal(0)
+
+
 def _gpu_memory(pod: Pod) -> Decimal | None:
     # A label is the contract; an annotation is accepted too, because some tools only let users set those.
     value = pod.labels.get(contract.LABEL_GPU_MEMORY, pod.annotations.get(contract.LABEL_GPU_MEMORY))
     if value is None:
         return None
-    try:
-        memory = parse_quantity(value)
-    except QuantityError:
-        memory = Decimal(0)
+    memory = _memory(value)
     if memory <= 0:
         raise LabelError(contract.LABEL_GPU_MEMORY, value, "a positive memory quantity such as 8Gi, 20Gi or 40G")
     return memory
 
 
-def _gpus(pod: Pod) -> int | None:
-    value = pod.labels.get(contract.LABEL_GPUS)
+def _gpus(labels: dict[str, str]) -> int | None:
+    value = labels.get(contract.LABEL_GPUS)
     if value is None:
         return None
     if not value.isdigit() or int(value) < 1 or int(value) > 64:
@@ -81,11 +92,13 @@ def read_request(pod: Pod, default_class: WorkloadClass) -> WorkloadRequest:
     Raises LabelError for an unknown class, a malformed quantity or count, an unknown latency, sharing or
     checkpoint value, or labels that contradict each other.
     """
-    workload = cast("WorkloadClass", _choice(pod, contract.LABEL_WORKLOAD, contract.WORKLOAD_CLASSES) or default_class)
-    latency = cast("Latency | None", _choice(pod, contract.LABEL_LATENCY, contract.LATENCIES))
-    sharing = cast("Sharing | None", _choice(pod, contract.LABEL_SHARING, contract.SHARING_MODES))
-    checkpoint = _choice(pod, contract.LABEL_CHECKPOINT, ("true", "false")) == "true"
-    gpus = _gpus(pod)
+    labels = pod.labels
+    chosen = _choice(labels, contract.LABEL_WORKLOAD, contract.WORKLOAD_CLASSES)
+    workload = cast("WorkloadClass", chosen or default_class)
+    latency = cast("Latency | None", _choice(labels, contract.LABEL_LATENCY, contract.LATENCIES))
+    sharing = cast("Sharing | None", _choice(labels, contract.LABEL_SHARING, contract.SHARING_MODES))
+    checkpoint = _choice(labels, contract.LABEL_CHECKPOINT, ("true", "false")) == "true"
+    gpus = _gpus(labels)
     if latency == "critical" and sharing == "time-slicing":
         raise LabelError(
             contract.LABEL_SHARING, "time-slicing", f"mig or exclusive with {contract.LABEL_LATENCY}=critical"

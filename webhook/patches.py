@@ -137,6 +137,7 @@ class PatchBuilder:
         if not isinstance(node, dict):
             raise TypeError(f"{pointer(path)} is not an object")
         writable: dict[str, Any] | None = None
+        prefix = ""
         for key, value in entries.items():
             current = node.get(key)
             if current is None:
@@ -145,9 +146,10 @@ class PatchBuilder:
                 op = "replace"
             else:
                 continue
-            self._ops.append({"op": op, "path": pointer((*path, key)), "value": value})
             if writable is None:
                 writable = self._writable(path)
+                prefix = pointer(path) + "/"  # once per mapping, not once per key: this runs on every admission
+            self._ops.append({"op": op, "path": prefix + escape(key), "value": value})
             writable[key] = value
 
     def remove(self, path: Path, key: str) -> None:

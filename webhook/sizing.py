@@ -10,11 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 
 from gpupack import contract
 from gpupack.policy import ClassPolicy, MigProfileSpec, Policy, Sharing
 from gpupack.quantity import format_gib, parse_quantity
 from webhook.labels import WorkloadRequest
+
+# Every MIG admission renders its size for people; Decimal arithmetic makes that a visible cost, and the
+# sizes asked for are few, so the renderings are cached (Decimal is immutable and hashable).
+_gib = lru_cache(maxsize=256)(format_gib)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,6 @@ def _choose_mig(
     profile = smallest_fitting(profiles, memory)
     if profile is None:
         largest = max(profiles, key=lambda p: p.memory_bytes)
-        warnings.append(f"{format_gib(memory)} exceeds the largest MIG profile ({largest.name}): a whole GPU instead")
-        return GpuChoice(contract.RESOURCE_GPU, 1, f"{format_gib(memory)} fits no MIG profile", tuple(warnings))
-    return GpuChoice(profile.resource, 1, f"smallest MIG slice with {format_gib(memory)}", tuple(warnings))
+        warnings.append(f"{_gib(memory)} exceeds the largest MIG profile ({largest.name}): a whole GPU instead")
+        return GpuChoice(contract.RESOURCE_GPU, 1, f"{_gib(memory)} fits no MIG profile", tuple(warnings))
+    return GpuChoice(profile.resource, 1, f"smallest MIG slice with {_gib(memory)}", tuple(warnings))
