@@ -1,8 +1,9 @@
 """Server bootstrap shared by the webhook and the extender: TLS with live certificate reload, health,
 `/metrics`, bounded request bodies and timeouts, graceful shutdown.
 
-Slow clients are cut off at three points: the TLS handshake (`handshake_timeout`), the request body
-(`read_body`), and idle keep-alive connections (`keepalive_timeout`).
+Slow clients are cut off at every stage: the TLS handshake (`handshake_timeout`), the request headers and
+idle keep-alive connections (aiohttp's keep-alive timer, which partial headers do not reset:
+`keepalive_timeout`), and the request body (`read_body`).
 """
 
 from __future__ import annotations

@@ -92,3 +92,43 @@ async def test_tls_1_2_handshakes_and_nothing_older_is_offered(webhook_port: int
     assert writer.get_extra_info("ssl_object").version() == "TLSv1.2"
     writer.close()
     assert server_context(tls_dir / "tls.crt", tls_dir / "tls.key").minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+@pytest.mark.parametrize("stage", ["handshake", "headers", "body"])
+async def test_a_slow_client_is_cut_off_at_every_stage(tls_dir: Path, stage: str) -> None:
+    """A client that stalls in the TLS handshake, trickles its headers, or never finishes its body loses the
+    connection (handshake timeout; the keep-alive timer, which partial headers do not reset; the body timeout)."""
+    from webhook.app import WebhookSettings
+
+    app = build_app(
+        WebhookConfig(None, ServeOptions(), settings=WebhookSettings(body_timeout=0.5)), CollectorRegistry()
+    )
+    options = ServeOptions(
+        "127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key", handshake_timeout=0.5, keepalive_timeout=0.5
+    )
+    runner, site, tasks = await start_server(app, options)
+    try:
+        port = site.bound_port()
+        if stage == "handshake":
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)  # plain TCP: never says hello
+            assert await asyncio.wait_for(reader.read(), 3) == b""
+            writer.close()
+            return
+        context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        head = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        if stage == "headers":
+            writer.write(head)
+            for _ in range(10):  # one header line every 0.3 s: never idle, never done
+                await asyncio.sleep(0.3)
+                if reader.at_eof():
+                    break
+                writer.write(b"X-Slow: 1\r\n")
+            assert await asyncio.wait_for(reader.read(), 3) == b""
+        else:
+            writer.write(head + b"Content-Length: 1000\r\n\r\n{")
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n"), 3)
+            assert answer.startswith(b"HTTP/1.1 408")
+        writer.close()
+    finally:
+        await stop_server(runner, tasks)
