@@ -103,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
         help="random, spread, binpack, bestfit, dotproduct or fgd; repeat to choose several (default: all)",
     )
     sim.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, ... (default 10)")
+    sim.add_argument(
+        "--scenario",
+        type=Path,
+        metavar="FILE.yaml",
+        help="instead of the trace: a synthetic day (e.g. scenarios/synthetic-day.yaml) under spread and gpupack",
+    )
+    sim.add_argument("--scale", type=float, help="with --scenario: multiply nodes, replicas and arrival rates")
+    sim.add_argument("--hours", type=float, help="with --scenario: override the simulated hours")
     sim.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="draw allocation against arrived demand")
 
@@ -186,9 +194,9 @@ def _cmd_extender(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from simulator.cli import run
+    from simulator.cli import run, run_scenario
 
-    return run(args)
+    return run_scenario(args) if args.scenario else run(args)
 
 
 def _read_json(path: Path | None) -> dict[str, object] | None:

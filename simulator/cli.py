@@ -61,3 +61,19 @@ def run(args: argparse.Namespace) -> int:
         plot(report, args.plot)
     print(json.dumps(report.to_json(), indent=2) if args.json else table(report))
     return 0
+
+
+def run_scenario(args: argparse.Namespace) -> int:
+    """The synthetic day of `args.scenario` under spread and gpupack: table or JSON, and the plot."""
+    from simulator.day import compare, load_scenario, plot_day, run_all
+    from simulator.day_metrics import table as day_table
+
+    scenario = load_scenario(args.scenario)
+    changes = {k: v for k, v in (("scale", args.scale), ("hours", args.hours)) if v is not None}
+    scenario = scenario.with_changes(**changes) if changes else scenario
+    results = run_all(scenario)
+    comparison = compare(scenario, results)
+    print(json.dumps(comparison, indent=2) if args.json else day_table(comparison))
+    if args.plot:
+        plot_day(results, args.plot)
+    return 0

@@ -13,7 +13,7 @@ import pytest
 from cryptography import x509
 
 from gpupack.cli import main
-from tests.conftest import ADMISSION, RECORDED, W, make_pod, recorded_text
+from tests.conftest import ADMISSION, RECORDED, ROOT, W, make_pod, recorded_text
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -145,3 +145,12 @@ def test_simulate_names_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "unknown policy nope" in capsys.readouterr().err
     assert main(["simulate", "--trace", str(tmp_path)]) == 2
     assert "download cluster-trace-gpu-v2023" in capsys.readouterr().err
+
+
+def test_simulate_a_synthetic_day(capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = str(ROOT / "scenarios/synthetic-day.yaml")
+    assert main(["simulate", "--scenario", scenario, "--scale", "0.5", "--hours", "6", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["scale"], out["hours"]) == (0.5, 6.0)
+    assert set(out["policies"]) == {"spread", "gpupack"}  # the numbers themselves are tested in test_day.py
+    assert out["policies"]["gpupack"]["gpu_nodes_mean"] < out["policies"]["spread"]["gpu_nodes_mean"]

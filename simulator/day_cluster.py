@@ -1,0 +1,154 @@
+"""The synthetic day's objects: Node objects as GPU Feature Discovery labels them, raw pods as controllers create
+them, and the jobs that arrive during the day.
+
+Nodes reuse the demo cluster's GFD labels (`demo.cluster`), so the extender reads them exactly as it reads the
+demo's. Pods are `webhook.demo.demo_pod` with the gpupack labels a developer writes: the webhook decides the
+rest. Every random draw is made here, up front, from the scenario's seed and independent of placement, so both
+scoring policies see the same arrivals, durations and utilizations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from demo.cluster import A100, H100, SPOT, T4
+from gpupack import contract
+from simulator.day_scenario import Inference, Jobs, NodeGroup, Scenario, Spread
+from webhook.demo import demo_pod
+
+MIG_PER_GPU = {"nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1, "nvidia.com/mig-3g.20gb": 1}
+"""The `all-balanced` layout of an A100-40GB: instances of each profile on one GPU."""
+DEFAULT_REPLICAS = 4
+
+
+def group_resources(group: NodeGroup) -> tuple[dict[str, str], dict[str, int]]:
+    """GFD labels and GPU allocatable of one node of the group."""
+    gpus = group.gpus_per_node
+    if group.gpu == "a100-mig":
+        return {**A100, "nvidia.com/gpu.count": str(gpus)}, {r: n * gpus for r, n in MIG_PER_GPU.items()}
+    if group.gpu == "h100":
+        return {**H100, "nvidia.com/gpu.count": str(gpus)}, {contract.RESOURCE_GPU: gpus}
+    replicas = group.replicas or DEFAULT_REPLICAS
+    labels = {**T4, "nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.replicas": str(replicas)}
+    return labels, {contract.RESOURCE_GPU_SHARED: gpus * replicas}
+
+
+def node_json(name: str, group: NodeGroup) -> dict[str, Any]:
+    """A Node object of the group (spot nodes labelled and tainted like the demo's)."""
+    labels, gpus = group_resources(group)
+    allocatable = {
+        "cpu": str(group.cpu),
+        "memory": f"{group.memory_gi}Gi",
+        "pods": "110",
+        **{k: str(v) for k, v in gpus.items()},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {**labels, "node-type": "spot" if group.spot else "on-demand"}},
+        "spec": {"taints": [dict(SPOT)]} if group.spot else {},
+        "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
+    }
+
+
+def cluster_nodes(scenario: Scenario) -> list[dict[str, Any]]:
+    """Every node of the scenario at its scale, in group order."""
+    return [
+        node_json(f"{group.name}-{i}", group)
+        for group in scenario.nodes
+        for i in range(1, scenario.scaled_count(group.count) + 1)
+    ]
+
+
+def _pod(name: str, namespace: str, labels: dict[str, str], owner_kind: str, owner: str) -> dict[str, Any]:
+    """A raw pod as its controller creates it (deterministic owner uid: runs must not differ by a uuid)."""
+    pod = demo_pod(name, {f"{contract.DOMAIN}/{k}": v for k, v in labels.items()}, namespace=namespace)
+    api = "apps/v1" if owner_kind == "ReplicaSet" else "batch/v1"
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": api, "kind": owner_kind, "name": owner, "uid": f"{namespace}-{owner}", "controller": True}
+    ]
+    return pod
+
+
+def replica_pod(workload: Inference, ordinal: int) -> dict[str, Any]:
+    """Replica number `ordinal` of an inference Deployment, with the labels its template carries."""
+    labels = {"workload": "inference", "latency": workload.latency}
+    if workload.gpu_memory is not None:
+        labels["gpu-memory"] = workload.gpu_memory
+    return _pod(f"{workload.name}-{ordinal:05d}", workload.namespace, labels, "ReplicaSet", workload.name)
+
+
+def job_pod(jobs: Jobs, kind: str, ordinal: int, gpus: int) -> dict[str, Any]:
+    """The pod of job number `ordinal` of a training or batch stream."""
+    labels = {"workload": kind, "gpus": str(gpus)}
+    if jobs.sharing is not None:
+        labels["sharing"] = jobs.sharing
+    if jobs.checkpoint:
+        labels["checkpoint"] = "true"
+    return _pod(f"{jobs.name}-{ordinal:05d}", jobs.namespace, labels, "Job", f"{jobs.name}-{ordinal:05d}")
+
+
+def draw_busy(rng: np.random.Generator, spread: Spread) -> float:
+    """A pod's mean utilization of what it holds: normal around the mean, clipped to [0.01, 1]."""
+    return float(min(max(rng.normal(spread.mean, spread.sd) if spread.sd else spread.mean, 0.01), 1.0))
+
+
+@dataclass(frozen=True, slots=True)
+class JobArrival:
+    """One training or batch job: when it is created, what it asks for, how long it runs once bound."""
+
+    step: int
+    """Creation step, counted from the start of the warm-up."""
+    pod: dict[str, Any]
+    busy: float
+    run_steps: int
+
+
+def _duration_steps(rng: np.random.Generator, jobs: Jobs, step_minutes: float) -> int:
+    """A log-normal duration with the configured mean (mu = ln(mean) - sigma^2/2), in whole steps (at least 1)."""
+    sigma = jobs.duration_minutes.sigma
+    mean = jobs.duration_minutes.mean
+    minutes = mean if sigma == 0 else float(rng.lognormal(np.log(mean) - sigma**2 / 2, sigma))
+    return max(1, round(minutes / step_minutes))
+
+
+def job_arrivals(scenario: Scenario) -> list[JobArrival]:
+    """Every job of the run (warm-up included), ordered by step then stream; one seeded stream per job stream."""
+    total = scenario.warmup_steps + scenario.steps
+    streams = [("training", j) for j in scenario.training] + [("batch", j) for j in scenario.batch]
+    seeds = np.random.SeedSequence(scenario.seed).spawn(len(streams))
+    out: list[JobArrival] = []
+    for (kind, jobs), seed in zip(streams, seeds, strict=True):
+        rng = np.random.default_rng(seed)
+        rate = jobs.arrivals_per_hour * scenario.scale * scenario.step_minutes / 60
+        counts = rng.poisson(rate, total) if rate > 0 else np.zeros(total, dtype=np.int64)
+        ordinal = 0
+        for step, count in enumerate(counts):
+            for _ in range(int(count)):
+                ordinal += 1
+                gpus = int(rng.choice(jobs.gpu_choices))
+                busy = draw_busy(rng, jobs.utilization)
+                run = _duration_steps(rng, jobs, scenario.step_minutes)
+                out.append(JobArrival(step, job_pod(jobs, kind, ordinal, gpus), busy, run))
+    out.sort(key=lambda a: a.step)  # stable: streams keep their order within a step
+    return out
+
+
+class ReplicaDraws:
+    """Per-Deployment utilization draws by replica ordinal: replica n gets the same value under every policy."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        seeds = np.random.SeedSequence([scenario.seed, 1]).spawn(max(len(scenario.inference), 1))
+        self._rngs = [np.random.default_rng(s) for s in seeds]
+        self._drawn: list[list[float]] = [[] for _ in scenario.inference]
+        self._spreads = [w.utilization for w in scenario.inference]
+
+    def busy(self, index: int, ordinal: int) -> float:
+        """The utilization of replica `ordinal` (1-based) of Deployment `index`."""
+        drawn = self._drawn[index]
+        while len(drawn) < ordinal:
+            drawn.append(draw_busy(self._rngs[index], self._spreads[index]))
+        return drawn[ordinal - 1]

@@ -1,0 +1,281 @@
+"""What the synthetic day measures, with the guide's definitions, and the before/after comparison.
+
+Per measured step (its state after scheduling holds for the whole step):
+- GPUs in use: `demo.report.gpus_in_use` per node, the device plugin's packing of the requested resources;
+- busy GPUs: sum over bound pods of utilization x GPUs' worth held (a MIG slice is its memory slices / 8, a
+  time-sliced replica 1 / replicas), so mean utilization of the GPUs in use = busy / in use, time-weighted;
+- GPU nodes needed: nodes with any GPU requested;
+- pending pods: created but not bound after the step's scheduling.
+A node empty (no GPU requested) for `emptyMinutes` in a row is what Cluster Autoscaler removes with
+`--scale-down-unneeded-time`: each such stretch is a scale-down, and the time past the threshold is removable
+node-hours. Emptiness is tracked through the warm-up, so a node empty since then is removable from the start.
+Billed GPU-hours are the cluster's GPUs x the day minus the GPUs of removable nodes x their removable time: the
+bill once the autoscaler acts (a node is paid for whole, however few of its GPUs are in use), assuming a removed
+node comes back as soon as it is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from demo.report import gpus_in_use
+from extender.demand import PodDemand
+from extender.inventory import NodeRecord
+from extender.state import ClusterState
+from simulator.day_scenario import Scenario
+
+
+@dataclass(slots=True, eq=False)
+class SimPod:
+    """A created pod: the object as stored (after the webhook), its demand, and where and how it runs."""
+
+    pod: dict[str, Any]
+    demand: PodDemand
+    priority: int
+    busy: float
+    """Mean utilization of what it holds, 0-1."""
+    created: int
+    seq: int
+    stream: str = ""
+    constraints: bytes = b""
+    """Affinity, node selector and tolerations serialised: pods equal here pass the same static filters."""
+    run_steps: int | None = None
+    """Steps a job runs once bound (None: a Deployment replica, deleted by scaling)."""
+    node: str | None = None
+    gpu_work: float = 0.0
+    """GPUs' worth of work it does where it is bound."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmptyStretch:
+    """A node empty long enough for Cluster Autoscaler to remove it, clipped to the measured day."""
+
+    node: str
+    start_hour: float
+    end_hour: float
+    removable_hours: float
+    gpus: int
+    """GPUs of the node: what its removal saves per hour."""
+
+
+@dataclass(frozen=True)
+class DayResult:
+    """One policy's day: timelines per measured step and the stretches of removable empty nodes."""
+
+    scenario: str
+    scoring: str
+    step_minutes: float
+    nodes: int
+    gpus: int
+    hours: tuple[float, ...]
+    gpus_in_use: tuple[int, ...]
+    busy_gpus: tuple[float, ...]
+    gpu_nodes: tuple[int, ...]
+    spot_gpus_in_use: tuple[int, ...]
+    pending: tuple[int, ...]
+    empty_stretches: tuple[EmptyStretch, ...]
+    pending_minutes_by_class: Mapping[str, float] = field(default_factory=dict)
+    pods_created: int = 0
+    pods_denied: int = 0
+
+    @property
+    def mean_utilization(self) -> float:
+        """Time-weighted mean utilization of the GPUs in use (0-1)."""
+        in_use = sum(self.gpus_in_use)
+        return sum(self.busy_gpus) / in_use if in_use else 0.0
+
+    def utilization_curve(self) -> list[float]:
+        """Mean utilization of the GPUs in use at each step (0 when none is in use)."""
+        return [b / g if g else 0.0 for b, g in zip(self.busy_gpus, self.gpus_in_use, strict=True)]
+
+    def _hours_of(self, values: Iterable[float]) -> float:
+        return sum(values) * self.step_minutes / 60
+
+    def summary(self) -> dict[str, Any]:
+        """The guide's numbers, rounded for people and JSON."""
+        day_hours = len(self.hours) * self.step_minutes / 60
+        removable = sum(s.removable_hours for s in self.empty_stretches)
+        removable_gpu_hours = sum(s.removable_hours * s.gpus for s in self.empty_stretches)
+        return {
+            "mean_utilization_pct": round(100 * self.mean_utilization, 1),
+            "gpu_hours": round(self._hours_of(self.gpus_in_use), 1),
+            "busy_gpu_hours": round(self._hours_of(self.busy_gpus), 1),
+            "spot_gpu_hours": round(self._hours_of(self.spot_gpus_in_use), 1),
+            "billed_gpu_hours": round(self.gpus * day_hours - removable_gpu_hours, 1),
+            "peak_gpus_in_use": max(self.gpus_in_use, default=0),
+            "gpu_nodes_peak": max(self.gpu_nodes, default=0),
+            "gpu_nodes_mean": round(sum(self.gpu_nodes) / max(len(self.gpu_nodes), 1), 2),
+            "removable_nodes": len({s.node for s in self.empty_stretches}),
+            "scale_downs": len(self.empty_stretches),
+            "removable_node_hours": round(removable, 1),
+            "removable_nodes_mean": round(removable / day_hours, 2) if day_hours else 0.0,
+            "pending_pod_minutes": round(sum(self.pending_minutes_by_class.values()), 1),
+            "pending_pod_minutes_by_class": {k: round(v, 1) for k, v in sorted(self.pending_minutes_by_class.items())},
+            "pods_created": self.pods_created,
+            "pods_denied": self.pods_denied,
+            "pending_at_end": self.pending[-1] if self.pending else 0,
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+        }
+
+
+class Meter:
+    """Records a run step by step and builds its DayResult."""
+
+    def __init__(self, scenario: Scenario, records: Mapping[str, NodeRecord]) -> None:
+        self.scenario = scenario
+        self.records = records
+        self.warmup = scenario.warmup_steps
+        self.dt = scenario.step_minutes
+        self.threshold = scenario.empty_minutes / scenario.step_minutes
+        self.empty_since: dict[str, int | None] = dict.fromkeys(records)
+        self.stretches: list[EmptyStretch] = []
+        self.hours: list[float] = []
+        self.in_use: list[int] = []
+        self.busy: list[float] = []
+        self.nodes: list[int] = []
+        self.spot: list[int] = []
+        self.pending: list[int] = []
+        self.pending_minutes: dict[str, float] = {}
+        self.created = 0
+        self.denied = 0
+
+    def record(self, step: int, state: ClusterState, work: Mapping[str, float], pending: Iterable[SimPod]) -> None:
+        """The state after the step's scheduling (emptiness always; the rest only on measured steps)."""
+        in_use = nodes = spot = 0
+        for name, record in self.records.items():
+            gpus = gpus_in_use(record, state.used(name, 0.0))
+            self._track_empty(name, step, gpus == 0)
+            in_use += gpus
+            nodes += gpus > 0
+            spot += gpus if record.spot else 0
+        if step < self.warmup:
+            return
+        waiting = list(pending)
+        for sim in waiting:
+            cls = sim.demand.workload or "other"
+            self.pending_minutes[cls] = self.pending_minutes.get(cls, 0.0) + self.dt
+        self.hours.append((step - self.warmup) * self.dt / 60)
+        self.in_use.append(in_use)
+        self.busy.append(sum(work.values()))
+        self.nodes.append(nodes)
+        self.spot.append(spot)
+        self.pending.append(len(waiting))
+
+    def _track_empty(self, name: str, step: int, empty: bool) -> None:
+        since = self.empty_since[name]
+        if empty and since is None:
+            self.empty_since[name] = step
+        elif not empty and since is not None:
+            self._close(name, since, step)
+            self.empty_since[name] = None
+
+    def _close(self, name: str, start: int, end: int) -> None:
+        """An empty stretch [start, end) in steps: its part past the threshold inside the day is removable."""
+        day_end = self.warmup + self.scenario.steps
+        removable_from = max(start + self.threshold, self.warmup)
+        until = min(end, day_end)
+        if until - removable_from <= 1e-9:
+            return
+        hour = self.dt / 60
+        self.stretches.append(
+            EmptyStretch(
+                name,
+                (max(start, self.warmup) - self.warmup) * hour,
+                (until - self.warmup) * hour,
+                (until - removable_from) * hour,
+                self.records[name].gpu_count,
+            )
+        )
+
+    def result(self, scoring: str) -> DayResult:
+        """Close the stretches still open at the end of the day and freeze the timelines."""
+        for name, since in self.empty_since.items():
+            if since is not None:
+                self._close(name, since, self.warmup + self.scenario.steps)
+        return DayResult(
+            scenario=self.scenario.name,
+            scoring=scoring,
+            step_minutes=self.dt,
+            nodes=len(self.records),
+            gpus=sum(r.gpu_count for r in self.records.values()),
+            hours=tuple(self.hours),
+            gpus_in_use=tuple(self.in_use),
+            busy_gpus=tuple(self.busy),
+            gpu_nodes=tuple(self.nodes),
+            spot_gpus_in_use=tuple(self.spot),
+            pending=tuple(self.pending),
+            empty_stretches=tuple(self.stretches),
+            pending_minutes_by_class=dict(self.pending_minutes),
+            pods_created=self.created,
+            pods_denied=self.denied,
+        )
+
+
+CHANGES = (
+    "mean_utilization_pct",
+    "gpu_hours",
+    "billed_gpu_hours",
+    "gpu_nodes_peak",
+    "gpu_nodes_mean",
+    "removable_node_hours",
+    "pending_pod_minutes",
+)
+
+
+def comparison(scenario: Scenario, results: Mapping[str, DayResult]) -> dict[str, Any]:
+    """Each policy's summary, and gpupack's change against spread (the guide's before/after) when both ran."""
+    out: dict[str, Any] = {
+        "scenario": scenario.name,
+        "scale": scenario.scale,
+        "hours": scenario.hours,
+        "step_minutes": scenario.step_minutes,
+        "seed": scenario.seed,
+        "policies": {name: result.summary() for name, result in results.items()},
+    }
+    if "spread" in results and "gpupack" in results:
+        before, after = out["policies"]["spread"], out["policies"]["gpupack"]
+        out["gpupack_vs_spread"] = {key: round(after[key] - before[key], 2) for key in CHANGES}
+        if before["gpu_hours"]:
+            out["gpupack_vs_spread"]["gpu_hours_saved_pct"] = round(
+                100 * (before["gpu_hours"] - after["gpu_hours"]) / before["gpu_hours"], 1
+            )
+    return out
+
+
+ROWS = (
+    ("mean utilization of GPUs in use", "mean_utilization_pct", "{:.1f}%"),
+    ("GPU-hours (GPUs in use x time)", "gpu_hours", "{:.1f}"),
+    ("  of which on spot nodes", "spot_gpu_hours", "{:.1f}"),
+    ("busy GPU-hours (work done)", "busy_gpu_hours", "{:.1f}"),
+    ("GPU-hours billed, autoscaler on", "billed_gpu_hours", "{:.1f}"),
+    ("GPUs in use at peak", "peak_gpus_in_use", "{}"),
+    ("GPU nodes needed at peak", "gpu_nodes_peak", "{}"),
+    ("GPU nodes needed on average", "gpu_nodes_mean", "{:.2f}"),
+    ("nodes empty >= threshold (count)", "removable_nodes", "{}"),
+    ("  scale-downs (empty stretches)", "scale_downs", "{}"),
+    ("  removable node-hours", "removable_node_hours", "{:.1f}"),
+    ("  removable nodes on average", "removable_nodes_mean", "{:.2f}"),
+    ("pending pod-minutes", "pending_pod_minutes", "{:.0f}"),
+    ("pods created", "pods_created", "{}"),
+)
+
+
+def table(data: Mapping[str, Any]) -> str:
+    """The comparison as a fixed-width table, one column per policy."""
+    policies: Mapping[str, Mapping[str, Any]] = data["policies"]
+    names = list(policies)
+    first = next(iter(policies.values()))
+    lines = [
+        f"scenario {data['scenario']} (scale {data['scale']}, {data['hours']:g} h in {data['step_minutes']:g}-minute "
+        f"steps, seed {data['seed']}): {first['nodes']} GPU nodes, {first['gpus']} GPUs",
+        f"{'':<36}" + "".join(f"{n:>14}" for n in names),
+    ]
+    for label, key, fmt in ROWS:
+        lines.append(f"{label:<36}" + "".join(f"{fmt.format(policies[n][key]):>14}" for n in names))
+    change = data.get("gpupack_vs_spread")
+    if change and "gpu_hours_saved_pct" in change:
+        lines.append(f"gpupack saves {change['gpu_hours_saved_pct']:.1f}% of the GPU-hours of spread")
+    return "\n".join(lines)

@@ -1,0 +1,230 @@
+"""The synthetic-day scenario: a YAML document naming a cluster's GPU node groups and the workloads of one day.
+
+Field names are camelCase like the policy ConfigMap's and Kubernetes objects'; unknown fields are refused, so a
+typo is an error naming the field rather than a silently ignored setting. `load_scenario` turns every problem into
+one `ScenarioError` line such as `day.yaml: inference.0.peakReplicas: ...`. `scale` shrinks or grows node
+counts, replica counts and arrival rates together, so tests run the shipped example small.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gpupack.policy import Policy, Sharing
+from gpupack.quantity import QuantityError, parse_quantity
+from gpupack.validation import describe
+
+GpuKind = Literal["a100-mig", "h100", "t4"]
+DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class NodeGroup(_Model):
+    """`count` identical GPU nodes named `<name>-1`, `<name>-2`...: what one cloud node pool provides."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+    count: int = Field(ge=0, le=1000)
+    gpu: GpuKind
+    """a100-mig: A100-40GB in the `all-balanced` MIG layout; h100: whole H100s; t4: T4s time-sliced."""
+    gpus: int | None = Field(default=None, ge=1, le=8)
+    """GPUs per node (default 8 for A100 and H100, 4 for T4)."""
+    replicas: int | None = Field(default=None, ge=2, le=64)
+    """Time-sliced replicas per GPU (t4 only; default 4)."""
+    mig_layout: Literal["all-balanced"] | None = None
+    """MIG layout (a100-mig only): per GPU 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb."""
+    spot: bool = False
+    """Labelled and tainted `node-type=spot` (the policy's default spot label and taint)."""
+    cpu: int = Field(default=94, ge=1)
+    memory_gi: int = Field(default=900, ge=1)
+
+    @model_validator(mode="after")
+    def _kind_options(self) -> NodeGroup:
+        if self.replicas is not None and self.gpu != "t4":
+            raise ValueError(f"replicas applies to t4 (time-sliced) groups, not {self.gpu}")
+        if self.mig_layout is not None and self.gpu != "a100-mig":
+            raise ValueError(f"migLayout applies to a100-mig groups, not {self.gpu}")
+        return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs of each node of the group."""
+        return self.gpus or DEFAULT_GPUS[self.gpu]
+
+
+class Spread(_Model):
+    """A per-pod draw: a normal around `mean` with standard deviation `sd`, clipped to (0, 1]."""
+
+    mean: float = Field(gt=0, le=1)
+    sd: float = Field(default=0.0, ge=0, le=1)
+
+
+class Duration(_Model):
+    """How long a job runs once started: log-normal with this mean (minutes) and log-space sigma; 0 is fixed."""
+
+    mean: float = Field(gt=0, le=7 * 24 * 60)
+    sigma: float = Field(default=0.0, ge=0, le=3)
+
+
+class Inference(_Model):
+    """A Deployment whose replicas follow a daily cosine: `peakReplicas` at `peakHour`, `troughReplicas` 12 h off."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+    namespace: str = "ml-serving"
+    peak_replicas: int = Field(ge=0, le=10_000)
+    trough_replicas: int = Field(ge=0, le=10_000)
+    peak_hour: float = Field(default=14.0, ge=0, lt=24)
+    gpu_memory: str | None = None
+    """The `gpupack.io/gpu-memory` label (sizes the MIG slice); absent: the class default applies."""
+    latency: Literal["critical", "tolerant"] = "critical"
+    """The `gpupack.io/latency` label: tolerant replicas are time-sliced instead of getting a MIG slice."""
+    utilization: Spread = Spread(mean=0.2, sd=0.06)
+    """How busy each replica keeps what it holds (its MIG slice, its time-slice share or its GPUs), 0-1."""
+
+    @field_validator("gpu_memory")
+    @classmethod
+    def _memory(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            ok = parse_quantity(value) > 0
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from exc
+        if not ok:
+            raise ValueError(f"{value!r} must be greater than zero")
+        return value
+
+    @model_validator(mode="after")
+    def _curve(self) -> Inference:
+        if self.trough_replicas > self.peak_replicas:
+            raise ValueError(f"troughReplicas ({self.trough_replicas}) exceeds peakReplicas ({self.peak_replicas})")
+        return self
+
+
+class Jobs(_Model):
+    """Pods arriving as a Poisson process, each running for a drawn duration once bound, then leaving."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+    namespace: str = "ml-training"
+    arrivals_per_hour: float = Field(ge=0, le=10_000)
+    duration_minutes: Duration
+    gpus: int | list[int] = 1
+    """The `gpupack.io/gpus` label: a count, or a list drawn from uniformly per job."""
+    sharing: Sharing | None = None
+    """The `gpupack.io/sharing` label; absent: the class default (training exclusive, batch time-sliced)."""
+    checkpoint: bool = False
+    """The `gpupack.io/checkpoint` label."""
+    utilization: Spread = Spread(mean=0.85, sd=0.08)
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, value: int | list[int]) -> int | list[int]:
+        counts = value if isinstance(value, list) else [value]
+        if not counts or any(not 1 <= n <= 64 for n in counts):
+            raise ValueError("give a GPU count from 1 to 64, or a non-empty list of them")
+        return value
+
+    @property
+    def gpu_choices(self) -> list[int]:
+        """The counts a job draws from."""
+        return self.gpus if isinstance(self.gpus, list) else [self.gpus]
+
+
+class Scenario(_Model):
+    """A cluster and one day of its workloads."""
+
+    name: str = "synthetic-day"
+    seed: int = 42
+    hours: float = Field(default=24.0, gt=0, le=24 * 7)
+    step_minutes: float = Field(default=1.0, gt=0, le=60)
+    warmup_hours: float = Field(default=0.0, ge=0, le=48)
+    """Simulated before the day and not measured, so the day starts with jobs already running."""
+    scale: float = Field(default=1.0, gt=0, le=100)
+    """Multiplies node counts, replicas and arrival rates (rounded; a non-zero count stays at least 1)."""
+    empty_minutes: float = Field(default=10.0, gt=0)
+    """Cluster Autoscaler's `--scale-down-unneeded-time`: a node empty this long is removable."""
+    policy: dict[str, Any] = {}
+    """A gpupack policy document (the ConfigMap's), applied to both runs; `extender.scoring` is set per run."""
+    nodes: list[NodeGroup] = Field(min_length=1)
+    inference: list[Inference] = []
+    training: list[Jobs] = []
+    batch: list[Jobs] = []
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Policy.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(describe(exc, limit=3)) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> Scenario:
+        for what, names in (
+            ("nodes", [g.name for g in self.nodes]),
+            ("workloads", [w.name for w in self.inference] + [j.name for j in (*self.training, *self.batch)]),
+        ):
+            seen = {n for n in names if names.count(n) > 1}
+            if seen:
+                raise ValueError(f"{what}: name {sorted(seen)[0]!r} is used twice")
+        return self
+
+    @property
+    def steps(self) -> int:
+        """Measured steps in the day."""
+        return max(1, round(self.hours * 60 / self.step_minutes))
+
+    @property
+    def warmup_steps(self) -> int:
+        """Steps simulated before the measured day."""
+        return round(self.warmup_hours * 60 / self.step_minutes)
+
+    def scaled_count(self, n: int) -> int:
+        """`n` nodes or replicas at this scale: rounded, never below 1 when `n` is not 0."""
+        return 0 if n == 0 else max(1, round(n * self.scale))
+
+    def with_changes(self, **changes: Any) -> Scenario:
+        """A validated copy with some top-level fields replaced (`scale=0.25`, `hours=6`...)."""
+        data = self.model_dump(by_alias=False)
+        data.update(changes)
+        return parse_scenario(data, f"scenario {self.name}")
+
+
+def replicas_at(workload: Inference, hour: float, scale: float) -> int:
+    """The Deployment's replicas at `hour` (may be negative: the warm-up) on a cosine that peaks at `peakHour`."""
+    peak = 0 if workload.peak_replicas == 0 else max(1, round(workload.peak_replicas * scale))
+    trough = 0 if workload.trough_replicas == 0 else max(1, round(workload.trough_replicas * scale))
+    phase = (1 + math.cos(2 * math.pi * (hour - workload.peak_hour) / 24)) / 2
+    return round(trough + (peak - trough) * phase)
+
+
+def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
+    """Validate a scenario document; raises ScenarioError naming the first offending fields."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: the scenario must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {describe(exc, limit=3)}") from exc
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read and validate a scenario file; raises ScenarioError (and OSError when it cannot be read)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from exc
+    return parse_scenario(data, str(path))

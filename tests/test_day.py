@@ -1,0 +1,202 @@
+"""The synthetic day (simulator.day): scenario validation, hand-checked numbers, and the shipped example small."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulator.day import DEFAULT_SCENARIO, compare, main, plot_day, run_day
+from simulator.day_cluster import job_arrivals
+from simulator.day_scenario import Scenario, ScenarioError, load_scenario, parse_scenario, replicas_at
+
+SMALL = 0.5
+"""The shipped example at half size: 11 nodes, every pool with a choice of nodes (at 0.25 most pools have one)."""
+
+
+def tiny(**changes: Any) -> Scenario:
+    """Two T4 nodes (4 GPUs time-sliced 4 ways), one latency-tolerant Deployment of 3 constant replicas, 1 hour."""
+    doc: dict[str, Any] = {
+        "name": "tiny",
+        "hours": 1,
+        "stepMinutes": 1,
+        "nodes": [{"name": "t4", "count": 2, "gpu": "t4", "replicas": 4}],
+        "inference": [
+            {
+                "name": "ocr",
+                "peakReplicas": 3,
+                "troughReplicas": 3,
+                "latency": "tolerant",
+                "utilization": {"mean": 0.2, "sd": 0},
+            }
+        ],
+    }
+    doc.update(changes)
+    return parse_scenario(doc, "tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def small() -> Scenario:
+    return load_scenario(DEFAULT_SCENARIO).with_changes(scale=SMALL)
+
+
+@pytest.fixture(scope="module")
+def small_results(small: Scenario) -> dict[str, Any]:
+    return {scoring: run_day(small, scoring) for scoring in ("spread", "gpupack")}
+
+
+# validation ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"nodes": [{"name": "a", "count": 1, "gpu": "v100"}]}, "tiny.yaml: nodes.0.gpu: Input should be"),
+        (
+            {"nodes": [{"name": "a", "count": 1, "gpu": "t4", "gpuz": 2}]},
+            "nodes.0.gpuz: Extra inputs are not permitted",
+        ),
+        (
+            {"nodes": [{"name": "a", "count": 1, "gpu": "h100", "replicas": 4}]},
+            "nodes.0: Value error, replicas applies",
+        ),
+        ({"nodes": []}, "nodes: List should have at least 1 item"),
+        (
+            {"inference": [{"name": "x", "peakReplicas": 2, "troughReplicas": 5}]},
+            "inference.0: Value error, troughReplicas (5) exceeds peakReplicas (2)",
+        ),
+        ({"inference": [{"name": "x", "peakReplicas": 2, "troughReplicas": 1, "gpuMemory": "lots"}]}, "gpuMemory"),
+        (
+            {"training": [{"name": "t", "arrivalsPerHour": 1, "durationMinutes": {"mean": 60}, "gpus": [0, 2]}]},
+            "training.0.gpus",
+        ),
+        ({"batch": [{"name": "b", "arrivalsPerHour": 1}]}, "batch.0.durationMinutes: Field required"),
+        ({"stepMinutes": 0}, "stepMinutes: Input should be greater than 0"),
+        ({"policy": {"extender": {"scoring": "random"}}}, "policy: Value error, extender.scoring"),
+        (
+            {"training": [{"name": "ocr", "arrivalsPerHour": 1, "durationMinutes": {"mean": 60}}]},
+            "workloads: name 'ocr' is used twice",
+        ),
+    ],
+)
+def test_scenario_errors_name_the_field(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        tiny(**change)
+    assert message in str(caught.value)
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "day.yaml"
+    bad.write_text("- just a list\n")
+    with pytest.raises(ScenarioError, match=r"day\.yaml: the scenario must be a YAML mapping"):
+        load_scenario(bad)
+    with pytest.raises(ScenarioError, match="scale: Input should be greater than 0"):
+        tiny().with_changes(scale=0)
+
+
+def test_replicas_follow_the_daily_curve() -> None:
+    workload = load_scenario(DEFAULT_SCENARIO).inference[0]  # chat-7b: 35 at 14h, 7 at 2h
+    assert replicas_at(workload, workload.peak_hour, 1.0) == workload.peak_replicas
+    assert replicas_at(workload, workload.peak_hour - 12, 1.0) == workload.trough_replicas
+    assert replicas_at(workload, workload.peak_hour + 12, 1.0) == workload.trough_replicas
+    assert workload.peak_replicas == 5 * workload.trough_replicas
+    assert replicas_at(workload, workload.peak_hour, 0.5) == 18
+
+
+# hand-worked numbers ----------------------------------------------------------------------------------------
+def test_tiny_day_gpupack_packs_onto_one_node() -> None:
+    # 3 replicas x 1 time-sliced replica: one GPU of one node; the other node empty all hour.
+    result = run_day(tiny(), "gpupack")
+    summary = result.summary()
+    assert set(result.gpus_in_use) == {1} and set(result.gpu_nodes) == {1}
+    assert summary["gpu_hours"] == 1.0
+    # each replica keeps its quarter of a GPU 20% busy: 3 x 0.2 x 1/4 = 0.15 GPU on 1 GPU in use
+    assert sum(result.busy_gpus) / 60 == pytest.approx(0.15) and result.mean_utilization == pytest.approx(0.15)
+    assert summary["gpu_nodes_peak"] == 1 and summary["gpu_nodes_mean"] == 1.0
+    # empty for the whole 60 minutes: removable after 10, so 50 minutes, one scale-down
+    assert summary["removable_nodes"] == 1 and summary["scale_downs"] == 1
+    assert [s.removable_hours for s in result.empty_stretches] == [pytest.approx(50 / 60)]
+    assert summary["billed_gpu_hours"] == pytest.approx(8 - 4 * 50 / 60, abs=0.05)
+    assert summary["pending_pod_minutes"] == 0 and summary["pods_created"] == 3
+
+
+def test_tiny_day_spread_uses_both_nodes() -> None:
+    # spread puts the second replica on the empty node; the third lands on either: 2 GPUs on 2 nodes.
+    result = run_day(tiny(), "spread")
+    summary = result.summary()
+    assert set(result.gpus_in_use) == {2} and set(result.gpu_nodes) == {2}
+    assert summary["gpu_hours"] == 2.0 and result.mean_utilization == pytest.approx(0.075)
+    assert summary["removable_nodes"] == 0 and summary["removable_node_hours"] == 0
+    assert summary["billed_gpu_hours"] == 8.0
+
+
+def test_empty_stretches_are_counted_from_when_the_node_empties(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 3 replicas for 30 minutes, then none: under spread both nodes are empty for the last 30 minutes, so each
+    # is removable for 20 of them (10 minutes unneeded first).
+    monkeypatch.setattr("simulator.day.replicas_at", lambda workload, hour, scale: 3 if hour < 0.5 else 0)
+    result = run_day(tiny(), "spread")
+    assert sorted(s.removable_hours for s in result.empty_stretches) == pytest.approx([20 / 60, 20 / 60])
+    assert {(s.start_hour, s.end_hour) for s in result.empty_stretches} == {(0.5, 1.0)}
+    assert result.summary()["scale_downs"] == 2 and result.summary()["removable_node_hours"] == pytest.approx(0.7)
+
+
+def test_short_empty_stretches_are_not_removable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # gone for 9 minutes (20-29), back until the end: no node is removable under spread
+    monkeypatch.setattr("simulator.day.replicas_at", lambda workload, hour, scale: 0 if 20 <= hour * 60 < 29 else 3)
+    assert run_day(tiny(), "spread").empty_stretches == ()
+
+
+def test_pending_pods_wait_and_count_minutes() -> None:
+    # 40 replicas on 32 time-sliced slots: 8 wait the whole hour, 8 x 60 pending pod-minutes.
+    scenario = tiny(
+        inference=[{"name": "ocr", "peakReplicas": 40, "troughReplicas": 40, "latency": "tolerant"}],
+    )
+    summary = run_day(scenario, "gpupack").summary()
+    assert summary["pending_pod_minutes"] == 480 and summary["pending_at_end"] == 8
+    assert summary["pending_pod_minutes_by_class"] == {"inference": 480}
+
+
+def test_jobs_leave_after_their_duration() -> None:
+    scenario = tiny(
+        inference=[],
+        nodes=[{"name": "h100", "count": 1, "gpu": "h100"}],
+        training=[{"name": "ft", "arrivalsPerHour": 6, "durationMinutes": {"mean": 5}, "gpus": 1}],
+    )
+    arrivals = job_arrivals(scenario)
+    assert arrivals and all(a.run_steps == 5 for a in arrivals)
+    result = run_day(scenario, "gpupack")
+    # each job holds one GPU for exactly 5 steps: GPU-minutes = 5 x jobs that started and finished in the hour
+    finished = sum(1 for a in arrivals if a.step + 5 <= 60)
+    started = sum(1 for a in arrivals if a.step < 60)
+    assert finished * 5 <= sum(result.gpus_in_use) <= started * 5
+
+
+# the shipped example, small -----------------------------------------------------------------------------------
+def test_example_is_deterministic(small: Scenario, small_results: dict[str, Any]) -> None:
+    assert run_day(small, "gpupack") == small_results["gpupack"]
+    spread, gpupack = small_results["spread"], small_results["gpupack"]
+    assert spread.pods_created == gpupack.pods_created > 100 and spread.pods_denied == 0
+    assert spread.summary()["busy_gpu_hours"] > 0
+
+
+def test_example_gpupack_beats_spread(small: Scenario, small_results: dict[str, Any]) -> None:
+    data = compare(small, small_results)
+    spread, gpupack = data["policies"]["spread"], data["policies"]["gpupack"]
+    assert gpupack["mean_utilization_pct"] > spread["mean_utilization_pct"]
+    assert gpupack["gpu_hours"] < spread["gpu_hours"]
+    assert gpupack["gpu_nodes_mean"] < spread["gpu_nodes_mean"]
+    assert gpupack["removable_node_hours"] > spread["removable_node_hours"]
+    assert gpupack["billed_gpu_hours"] < spread["billed_gpu_hours"]
+    assert data["gpupack_vs_spread"]["gpu_hours_saved_pct"] > 0
+    json.dumps(data)
+
+
+def test_plot_and_cli(tmp_path: Path, small_results: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    picture = tmp_path / "day.png"
+    plot_day(small_results, picture)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([str(DEFAULT_SCENARIO), "--scale", "0.25", "--hours", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["policies"]) == {"spread", "gpupack"} and data["hours"] == 2
+    assert main([str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
