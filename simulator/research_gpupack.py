@@ -1,0 +1,287 @@
+"""Research candidates for gpupack's placement score: FGD's integer score with its ties broken on purpose.
+
+FGD's node score `int(100 * sigmoid(-dF / 1000))` (see `simulator.fgd`) leaves many nodes tied, and the reference
+breaks the ties with a random node order. The candidates here keep FGD's score as the primary key and break its
+ties lexicographically, `key = ((fgd_score * span_1 + key_1) * span_2 + key_2) ...`, then by the run's node order,
+with secondary keys chosen by the pod's kind (CPU-only, sharing, whole-GPU).
+
+The best candidate, `gpupack_lex` (`gpupack_lex_policy`):
+
+- CPU-only pod: FGD score, then `gpu_pack` (the node with the least free GPU share: CPU-only pods go where the GPUs
+  are already taken, instead of a random node whose CPU then strands its free GPUs);
+- GPU pod (sharing or whole): FGD score, then `used` (a node that already runs a pod before an empty one);
+- GPU choice inside the node: FGD's (the best-scoring GPU for a sharing pod, lowest-indexed free GPUs otherwise).
+
+No parameter depends on the trace. Other keys and variants explored (CPU balance, best fit on GPU for GPU pods,
+tighter GPU choice, score resolution, shapes weighted by GPU demand) are registered under their own names in
+`POLICIES_RESEARCH` for reproduction. Built on the `simulator.policy` seam and `simulator.fgd` /
+`simulator.fragmentation`, which stay unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cluster import ClusterState, Placement
+from simulator.devices import exclusive_gpus
+from simulator.fgd import FgdPolicy
+from simulator.fragmentation import TypicalShapes, fragmentation
+from simulator.policy import Bools, Ints, Policy, PolicyContext, PolicyFactory
+from simulator.trace import MILLI, PodRecord
+
+FGD_RESOLUTION = 100
+"""FGD's integer score range: `int(100 * sigmoid(...))`."""
+NODE_MILLI = 8 * MILLI
+"""Most milli-GPU one node has (8 GPUs)."""
+
+SecondaryFn = Callable[[PodRecord, ClusterState, Ints], Ints]
+"""A tie-breaking key of each candidate node for the pod: integers in [0, span), higher is better."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One secondary key and the number of distinct values it takes (its radix in the lexicographic key)."""
+
+    fn: SecondaryFn
+    span: int
+
+
+def gpu_pack_key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+    """Best fit on GPU: 8000 minus the node's free milli-GPU after the placement (0..8000)."""
+    after = state.gpu_left[nodes] - pod.gpu_request_milli
+    result: Ints = (NODE_MILLI - np.clip(after, 0, NODE_MILLI)).astype(np.int64)
+    return result
+
+
+def used_key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+    """1 on nodes that already run a pod, 0 on empty nodes (empty nodes stay whole)."""
+    result: Ints = (state.pod_count[nodes] > 0).astype(np.int64)
+    return result
+
+
+def gpu_used_key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+    """1 on nodes with some GPU share taken, 0 on nodes whose GPUs are all free."""
+    result: Ints = (state.gpu_left[nodes] < state.gpu_count[nodes] * MILLI).astype(np.int64)
+    return result
+
+
+def cpu_pack_key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+    """Best fit on CPU by whole cores: fewer cores left after the placement first (0..255)."""
+    cores = (state.cpu_free[nodes] - pod.cpu_milli) // 1000
+    result: Ints = (255 - np.clip(cores, 0, 255)).astype(np.int64)
+    return result
+
+
+GPU_PACK = Key(gpu_pack_key, NODE_MILLI + 1)
+USED = Key(used_key, 2)
+GPU_USED = Key(gpu_used_key, 2)
+CPU_PACK = Key(cpu_pack_key, 256)
+
+
+def cpu_per_gpu(shapes: TypicalShapes) -> float:
+    """Milli-cores asked per milli-GPU asked over the typical GPU shapes, weighted by their counts."""
+    gpu = shapes.milli > 0
+    asked = int((shapes.count * shapes.milli * shapes.num)[gpu].sum())
+    return float((shapes.count * shapes.cpu)[gpu].sum()) / asked if asked else 1.0
+
+
+def cpu_balance_key(rho: float, buckets: int = 1000) -> Key:
+    """Less GPU stranded by CPU after the placement: `buckets - 1 - min(stranded, buckets - 1)`.
+
+    Stranded = the free milli-GPU the node's remaining CPU cannot feed at `rho` milli-cores per milli-GPU.
+    """
+
+    def key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+        gpu_after = state.gpu_left[nodes] - pod.gpu_request_milli
+        cpu_after = state.cpu_free[nodes] - pod.cpu_milli
+        stranded = np.maximum(gpu_after - cpu_after / rho, 0.0)
+        result: Ints = (buckets - 1 - np.minimum(stranded, buckets - 1)).astype(np.int64)
+        return result
+
+    return Key(key, buckets)
+
+
+@dataclass(frozen=True)
+class KindKeys:
+    """Secondary keys by pod kind: CPU-only pods, sharing pods, whole-GPU pods."""
+
+    cpu_only: tuple[Key, ...] = ()
+    sharing: tuple[Key, ...] = ()
+    whole: tuple[Key, ...] = ()
+
+    def of(self, pod: PodRecord) -> tuple[Key, ...]:
+        """The keys that break the pod's ties."""
+        if pod.num_gpu == 0:
+            return self.cpu_only
+        return self.sharing if pod.is_sharing else self.whole
+
+
+def same_keys(keys: Sequence[Key]) -> KindKeys:
+    """The same keys for every pod kind."""
+    return KindKeys(tuple(keys), tuple(keys), tuple(keys))
+
+
+class FgdLexPolicy(FgdPolicy):
+    """FGD's integer node score first, then the pod kind's secondary keys in order, then the run's node order.
+
+    Reuses `FgdPolicy`'s per-shape score cache. `tight_gpu`: a sharing pod's GPU ties (equal FGD score inside the
+    node) go to the GPU with the least free share instead of the lowest index. `resolution`: the integer range
+    of the sigmoid score (FGD: 100).
+    """
+
+    def __init__(
+        self,
+        shapes: TypicalShapes,
+        tiebreak: Ints,
+        keys: KindKeys | None = None,
+        tight_gpu: bool = False,
+        resolution: int = FGD_RESOLUTION,
+    ) -> None:
+        super().__init__(shapes, tiebreak)
+        self.keys = keys or KindKeys()
+        self.tight_gpu = tight_gpu
+        self.resolution = resolution
+
+    def choose(self, pod: PodRecord, state: ClusterState, feasible: Bools) -> Placement | None:
+        """The feasible node with the best (FGD score, secondary keys, node order), then the GPU(s) inside it."""
+        candidates = np.flatnonzero(feasible)
+        if candidates.size == 0:
+            return None
+        entry = self._scores(pod, state)
+        key: Ints = entry.score[candidates]
+        for k in self.keys.of(pod):
+            key = key * k.span + k.fn(pod, state, candidates)
+        best = candidates[key == key.max()]
+        node = int(best[np.argmax(self.tiebreak[best])])
+        if pod.num_gpu == 0:
+            return Placement(node)
+        if pod.is_sharing:
+            return Placement(node, (int(entry.gpu[node]),))
+        return Placement(node, exclusive_gpus(state, node, pod.num_gpu))
+
+    def _score(self, decrease: Ints) -> Ints:
+        """int64(resolution * sigmoid(decrease / 1000)), FGD's score at `resolution` (FGD: 100)."""
+        x = decrease / self.scale
+        result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(self.resolution)).astype(np.int64)
+        return result
+
+    def score_states(self, pod: PodRecord, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints]:
+        """FGD's scores; with `tight_gpu`, a sharing pod's GPU ties go to the GPU with the least free share."""
+        if not (self.tight_gpu and pod.is_sharing):
+            return super().score_states(pod, model, cpu, gpus)
+        count = model.size
+        rows, cols = np.nonzero(gpus >= pod.gpu_milli)
+        candidates = gpus[rows]
+        candidates[np.arange(rows.size), cols] -= pod.gpu_milli
+        frag = fragmentation(
+            self.shapes,
+            np.concatenate([model, model[rows]]),
+            np.concatenate([cpu, (cpu - pod.cpu_milli)[rows]]),
+            np.concatenate([gpus, candidates]),
+        )
+        before, after = frag[:count], frag[count:]
+        slack = gpus[rows, cols] - pod.gpu_milli  # 0..999: the GPU's free share after the placement
+        grid = np.full(gpus.shape, -1, np.int64)
+        grid[rows, cols] = self._score(before[rows] - after) * MILLI + (MILLI - 1 - slack)
+        choice: Ints = np.argmax(grid, axis=1).astype(np.int64)
+        best: Ints = grid[np.arange(count), choice]
+        return np.where(best >= 0, best // MILLI, -1), np.where(best >= 0, choice, -1)
+
+
+def demand_weighted(shapes: TypicalShapes, mix: float = 1.0) -> TypicalShapes:
+    """The shapes reweighted by their GPU demand (count x milli x num), mixed with the count weights.
+
+    weight = (1 - mix) * count + mix * count * milli * num * (C / total demand), rounded to integers; CPU-only
+    shapes keep `(1 - mix) * count` (dropped at mix = 1). mix = 0 gives FGD's weights.
+    """
+    demand = shapes.count * shapes.milli * shapes.num
+    scaled = demand * (shapes.total / max(int(demand.sum()), 1))
+    count = np.rint((1.0 - mix) * shapes.count + mix * scaled).astype(np.int64)
+    keep = count > 0
+    return TypicalShapes(
+        keys=tuple(k for k, kept in zip(shapes.keys, keep, strict=True) if kept),
+        cpu=shapes.cpu[keep],
+        milli=shapes.milli[keep],
+        num=shapes.num[keep],
+        count=count[keep],
+        access=shapes.access[keep],
+    )
+
+
+KeysOf = Callable[[PolicyContext], Sequence[Key] | KindKeys]
+"""The secondary keys of a run (a run-dependent key, like CPU balance, reads the run's shapes)."""
+
+
+def lex_factory(
+    keys: KeysOf = lambda ctx: (), tight_gpu: bool = False, resolution: int = FGD_RESOLUTION, mix: float = 0.0
+) -> PolicyFactory:
+    """A factory of `FgdLexPolicy`; `mix` > 0 reweights FGD's shapes by GPU demand (`demand_weighted`)."""
+
+    def factory(ctx: PolicyContext) -> Policy:
+        shapes = demand_weighted(ctx.shapes, mix) if mix else ctx.shapes
+        chosen = keys(ctx)
+        kinds = chosen if isinstance(chosen, KindKeys) else same_keys(chosen)
+        return FgdLexPolicy(shapes, ctx.tiebreak, kinds, tight_gpu, resolution)
+
+    return factory
+
+
+GPUPACK_KEYS = KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(USED,))
+"""The best rule found: CPU-only pods to the node with the least free GPU, GPU pods to a node already in use."""
+
+
+def gpupack_lex_policy(ctx: PolicyContext) -> Policy:
+    """FGD's score, ties broken by `GPUPACK_KEYS`, then by the run's node order (candidate for `gpupack`)."""
+    return FgdLexPolicy(ctx.shapes, ctx.tiebreak, GPUPACK_KEYS)
+
+
+def _balance(ctx: PolicyContext) -> Key:
+    return cpu_balance_key(cpu_per_gpu(ctx.shapes))
+
+
+POLICIES_RESEARCH: dict[str, PolicyFactory] = {
+    "gpupack_lex": gpupack_lex_policy,
+    # Everything below was measured for the report (simulator/research_gpupack.py docstring lists the winner).
+    "fgd_lex": lex_factory(),  # no secondary key: identical to fgd (check of the seam)
+    # one key for every pod kind
+    "gp_tight": lex_factory(tight_gpu=True),
+    "gp_pack": lex_factory(lambda ctx: (GPU_PACK,)),
+    "gp_used": lex_factory(lambda ctx: (USED,)),
+    "gp_pack_tight": lex_factory(lambda ctx: (GPU_PACK,), tight_gpu=True),
+    "gp_used_pack": lex_factory(lambda ctx: (USED, GPU_PACK)),
+    "gp_cpu": lex_factory(lambda ctx: (_balance(ctx),)),
+    "gp_used_cpu": lex_factory(lambda ctx: (USED, _balance(ctx))),
+    "gp_cpu_used": lex_factory(lambda ctx: (_balance(ctx), USED)),
+    # FGD's score at another resolution, and shapes weighted by GPU demand
+    "gp_r25": lex_factory(resolution=25),
+    "gp_r50": lex_factory(resolution=50),
+    "gp_r200": lex_factory(resolution=200),
+    "gp_r50_used": lex_factory(lambda ctx: (USED,), resolution=50),
+    "gp_dw": lex_factory(mix=1.0),
+    "gp_dw50": lex_factory(mix=0.5),
+    "gp_dw50_used": lex_factory(lambda ctx: (USED,), mix=0.5),
+    # keys by pod kind
+    "k1": lex_factory(lambda ctx: KindKeys(cpu_only=(_balance(ctx), GPU_PACK))),
+    "k2": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,))),
+    "k3": lex_factory(lambda ctx: KindKeys(cpu_only=(_balance(ctx), GPU_PACK), sharing=(USED,), whole=(USED,))),
+    "k4": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(_balance(ctx), GPU_PACK), sharing=(_balance(ctx),), whole=(_balance(ctx),))
+    ),
+    "k5": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(_balance(ctx), GPU_PACK), sharing=(USED,), whole=(USED, GPU_PACK))
+    ),
+    "k6": lex_factory(lambda ctx: GPUPACK_KEYS),  # = gpupack_lex
+    "k7": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(_balance(ctx), GPU_PACK), sharing=(USED, _balance(ctx)), whole=(USED,))
+    ),
+    "k8": lex_factory(lambda ctx: GPUPACK_KEYS, tight_gpu=True),
+    "k9": lex_factory(lambda ctx: GPUPACK_KEYS, resolution=50),
+    "k10": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(GPU_USED,), whole=(GPU_USED,))),
+    "k11": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK, CPU_PACK), sharing=(USED,), whole=(USED,))),
+    "k12": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED, GPU_PACK), whole=(USED, GPU_PACK))),
+    "k13": lex_factory(lambda ctx: GPUPACK_KEYS, resolution=200),
+}
+"""Policy name -> factory, to pass as `simulate(..., registry={**POLICIES, **POLICIES_RESEARCH})`."""
