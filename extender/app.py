@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from extender.demand import DemandError, demand_of
+from extender.demand import DemandError, RequestsCache, demand_of
 from extender.informer import InformerCounters
 from extender.live import EMPTY, LiveMetrics
 from extender.metrics import ExtenderMetrics
@@ -52,6 +53,8 @@ class Extender:
     watch: InformerCounters | None = None
     """The list + watch counters (None without an API watch)."""
     cache: DecisionCache = field(default_factory=DecisionCache)
+    requests: RequestsCache = field(default_factory=RequestsCache)
+    """Pending pods' requests by container-resources shape: kube-scheduler asks about a Deployment's replicas."""
 
     def view(self) -> View:
         """A consistent set of inputs for one request."""
@@ -92,12 +95,12 @@ async def filter_handler(request: web.Request) -> web.Response:
     try:
         args = await _args(request, extender)
         view = extender.view()
-        demand = demand_of(args.pod, view.policy)
+        demand = demand_of(args.pod, view.policy, extender.requests)
         outcome = filter_nodes(demand, args, view)
         body = filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable)
         if extender.metrics is not None:
-            for kind in outcome.kinds:
-                extender.metrics.filtered[kind].inc()
+            for kind, count in Counter(outcome.kinds).items():  # one locked increment per reason
+                extender.metrics.filtered[kind].inc(count)
     except Exception as exc:
         _refused(extender, "filter", exc, request)
         body = filter_result(args, [], {}, {}, error=f"gpupack extender: {exc}")
@@ -113,7 +116,7 @@ async def prioritize_handler(request: web.Request) -> web.Response:
     try:
         args = await _args(request, extender)
         view = extender.view()
-        body = priority_list(prioritize_nodes(demand_of(args.pod, view.policy), args, view))
+        body = priority_list(prioritize_nodes(demand_of(args.pod, view.policy, extender.requests), args, view))
     except Exception as exc:
         _refused(extender, "prioritize", exc, request)
         body = b"[]"

@@ -13,9 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from extender.demand import FINISHED_PHASES, pod_requests
+from extender.demand import FINISHED_PHASES, RequestsCache, pod_requests
 from extender.inventory import NodeRecord, node_from_json
 from extender.state import ClusterState, Requests
 from gpupack.kube import Kind
@@ -57,35 +55,6 @@ def node_change(event_type: str, node: dict[str, Any], policy: Policy) -> NodeCh
         return NodeChange(name, None)
     record = node_from_json(node, policy)
     return NodeChange(record.name, record)
-
-
-class RequestsCache:
-    """Requests by the shape of a pod's container resources. The pods of one Deployment or Job share a shape:
-    each shape is parsed once, and its requests tuple is held once for all of them (150,000 pods)."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._cache: dict[bytes, Requests] = {}
-
-    def requests(self, spec: dict[str, Any], shared_resource: str) -> Requests:
-        """`pod_requests(spec)` as a tuple. Raises DemandError as it does (errors are not cached)."""
-        try:
-            key = orjson.dumps(
-                (
-                    shared_resource,
-                    [c.get("resources") for c in spec.get("containers") or ()],
-                    [c.get("resources") for c in spec.get("initContainers") or ()],
-                )
-            )
-        except (TypeError, AttributeError):  # not the shape of a pod spec: let pod_requests say why
-            return tuple(pod_requests(spec, shared_resource).items())
-        found = self._cache.get(key)
-        if found is None:
-            found = tuple(pod_requests(spec, shared_resource).items())
-            if len(self._cache) >= self._size:
-                self._cache.clear()
-            self._cache[key] = found
-        return found
 
 
 def pod_change(

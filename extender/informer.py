@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from extender.changes import BAD_OBJECT, Change, RequestsCache, apply_changes, pod_change, reduce_event
+from extender.changes import BAD_OBJECT, Change, apply_changes, pod_change, reduce_event
+from extender.demand import RequestsCache
 from extender.inventory import NodeRecord, node_from_json
 from extender.state import ClusterState, Requests
 from gpupack.kube import Kind, ResourceExpired

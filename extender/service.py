@@ -20,7 +20,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from extender.app import Extender, ExtenderSettings, make_app
-from extender.changes import RequestsCache, apply_events
+from extender.changes import apply_events
+from extender.demand import RequestsCache
 from extender.informer import Informer
 from extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, StaticSource
 from extender.state import ClusterState

@@ -134,61 +134,58 @@ def verdict(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Verdict:
     return Verdict(reject(demand, snap, policy), score(demand, snap, policy))
 
 
-def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, Verdict | None]]:
-    """The verdict on each candidate, in order; None for a name the cache does not know.
+def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict | None]:
+    """The verdict on each candidate, in the order of `args.names`; None for a name the cache does not know.
 
     Raises ArgsError for unreadable full Nodes (those are decided afresh: they are the scheduler's view).
     """
     now, wall = time.monotonic(), time.time()
     policy = view.policy
     if args.nodes is not None:
-        out: list[tuple[str, Verdict | None]] = []
+        out: list[Verdict | None] = []
         for node in args.nodes:
             try:
                 record = node_from_json(node, policy)
             except ValueError as exc:
                 raise ArgsError(f"ExtenderArgs.Nodes: {exc}") from exc
-            out.append((record.name, verdict(demand, snapshot(record, view, now, wall), policy)))
+            out.append(verdict(demand, snapshot(record, view, now, wall), policy))
         return out
     state, live, cache = view.state, view.live, view.cache
-    nodes = state.nodes
+    nodes, names = state.nodes, args.names
     max_age = policy.extender.metrics.max_age_seconds
     if cache is None:
         return [
-            (name, None if (r := nodes.get(name)) is None else verdict(demand, snapshot(r, view, now, wall), policy))
-            for name in args.names
+            None if (r := nodes.get(name)) is None else verdict(demand, snapshot(r, view, now, wall), policy)
+            for name in names
         ]
-    # One clock for expiry: the monotonic one (assumptions), with data age converted from wall time.
     key = (view.policy_version, demand.shape)
     table = cache.table(key, state, live.serial, now)
-    out = []
-    for name in args.names:
-        found = table.get(name)
-        if found is None:
-            known = nodes.get(name)
-            if known is not None:
-                found = verdict(demand, snapshot(known, view, now, wall), policy)
-                table[name] = found
-                until = min(state.valid_until(name), now + (live.fresh_until(name, wall, max_age) - wall))
-                if until != float("inf"):
-                    cache.expires(key, name, until)
-        out.append((name, found))
+    out = list(map(table.get, names))  # the usual case: every verdict cached, no Python-level loop
+    for i in [i for i, found in enumerate(out) if found is None]:
+        name = names[i]
+        known = nodes.get(name)
+        if known is None:
+            continue
+        out[i] = table[name] = verdict(demand, snapshot(known, view, now, wall), policy)
+        # One clock for expiry: the monotonic one (assumptions), with data age converted from wall time.
+        until = min(state.valid_until(name), now + (live.fresh_until(name, wall, max_age) - wall))
+        if until != float("inf"):
+            cache.expires(key, name, until)
     return out
 
 
 def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOutcome:
     """Apply `extender.filter.reject` to each candidate. Raises ArgsError for unreadable full Nodes."""
-    outcome = FilterOutcome()
-    for name, found in verdicts(demand, args, view):
-        rejection = found.rejection if found is not None else None
-        if rejection is None:
-            outcome.passed.append(name)
-            continue
-        outcome.kinds.append(rejection.kind)
-        if rejection.unresolvable:
-            outcome.unresolvable[name] = rejection.reason
-        else:
-            outcome.failed[name] = rejection.reason
+    names = args.names
+    found = verdicts(demand, args, view)
+    outcome = FilterOutcome([n for n, v in zip(names, found, strict=True) if v is None or v.rejection is None])
+    if len(outcome.passed) < len(names):
+        for name, rejection in [(n, v.rejection) for n, v in zip(names, found, strict=True) if v and v.rejection]:
+            outcome.kinds.append(rejection.kind)
+            if rejection.unresolvable:
+                outcome.unresolvable[name] = rejection.reason
+            else:
+                outcome.failed[name] = rejection.reason
     if len(outcome.passed) == 1 and demand.gpu_resource is not None:
         _assume(demand, outcome.passed[0], view, time.monotonic())
     return outcome
@@ -196,12 +193,11 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
 
 def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, int]]:
     """Score each candidate 0..10 and assume the pod on the best one (the first of equals)."""
-    scores = [(name, found.score if found is not None else 0) for name, found in verdicts(demand, args, view)]
-    if scores and demand.gpu_resource is not None:
-        values = [value for _, value in scores]
-        best = scores[values.index(max(values))][0]
-        _assume(demand, best, view, time.monotonic())
-    return scores
+    names = args.names
+    values = [0 if v is None else v.score for v in verdicts(demand, args, view)]
+    if values and demand.gpu_resource is not None:
+        _assume(demand, names[values.index(max(values))], view, time.monotonic())
+    return list(zip(names, values, strict=True))
 
 
 def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:

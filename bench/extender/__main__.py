@@ -307,14 +307,10 @@ def _event_lines(pods: list[dict[str, Any]], seed: int) -> tuple[list[bytes], li
 
 def measure_events(cluster: Cluster, batch: int = 1000) -> dict[str, Any]:
     """In this process, pinned to CPU 0: decode + apply each event, in the informer's batches."""
-    try:  # the pure reduce/apply functions moved from extender.informer to extender.changes
-        from extender.changes import RequestsCache, apply_events
+    from extender.changes import apply_events
+    from extender.demand import RequestsCache
 
-        cache: Any = RequestsCache()  # the informer keeps one
-    except ImportError:
-        from extender.informer import apply_events  # type: ignore[attr-defined,no-redef]
-
-        cache = None
+    cache = RequestsCache()  # the informer keeps one
     from extender.service import load_lists
     from extender.state import ClusterState
     from gpupack.policy import Policy
