@@ -13,7 +13,7 @@ from the pods' own), the scores combined like kube-scheduler (`final_scores`, ti
     compare(scenario, results)          # the guide's numbers per policy
     plot_day(results, Path("day.png"))
 
-`python -m simulator.day [SCENARIO] [--scale F] [--json] [--plot FILE]` prints the comparison.
+`gpupack simulate --scenario FILE [--scale F] [--hours H] [--json] [--plot FILE]` prints the comparison.
 Not modelled: preemption, spot interruptions, Cluster Autoscaler actually removing or adding nodes (removable
 node-hours are what it could save, measured on the fixed cluster), GPU choice inside a node (GPUs in use are
 `demo.report.gpus_in_use`'s device-plugin packing estimate).
@@ -21,9 +21,6 @@ node-hours are what it could save, measured on the fixed cluster), GPU choice in
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,13 +38,13 @@ from extender.verbs import View, snapshot, verdict
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
 from simulator.day_cluster import JobArrival, ReplicaDraws, cluster_nodes, job_arrivals, replica_pod
-from simulator.day_metrics import DayResult, Meter, SimPod, comparison, table
+from simulator.day_metrics import DayResult, Meter, SimPod, comparison
 from simulator.day_plot import plot_day
 from simulator.day_scenario import Scenario, ScenarioError, load_scenario, replicas_at
 from webhook.mutate import MutationContext, plan
 from webhook.patches import apply_patch
 
-__all__ = ["DayResult", "ScenarioError", "compare", "load_scenario", "main", "plot_day", "run_day"]
+__all__ = ["DayResult", "ScenarioError", "compare", "load_scenario", "plot_day", "run_all", "run_day"]
 SCORINGS: tuple[ScoringPolicy, ...] = ("spread", "gpupack")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "synthetic-day.yaml"
 
@@ -238,31 +235,3 @@ def run_all(scenario: Scenario, scorings: tuple[ScoringPolicy, ...] = SCORINGS) 
 def compare(scenario: Scenario, results: Mapping[str, DayResult] | None = None) -> dict[str, Any]:
     """The guide's numbers under spread and gpupack (run now unless given), and gpupack's change against spread."""
     return comparison(scenario, results if results is not None else run_all(scenario))
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m simulator.day`: the comparison table (or JSON) and optionally the plot; 2 on bad input."""
-    parser = argparse.ArgumentParser(prog="python -m simulator.day", description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", nargs="?", type=Path, default=DEFAULT_SCENARIO)
-    parser.add_argument("--scale", type=float, help="override the scenario's scale (nodes, replicas, arrivals)")
-    parser.add_argument("--hours", type=float, help="override the simulated hours")
-    parser.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    parser.add_argument("--plot", type=Path, help="write the day's plot to this PNG")
-    args = parser.parse_args(argv)
-    try:
-        scenario = load_scenario(args.scenario)
-        changes = {k: v for k, v in (("scale", args.scale), ("hours", args.hours)) if v is not None}
-        scenario = scenario.with_changes(**changes) if changes else scenario
-    except (OSError, ValueError) as exc:
-        print(f"simulator.day: {exc}", file=sys.stderr)
-        return 2
-    results = run_all(scenario)
-    comparison = compare(scenario, results)
-    print(json.dumps(comparison, indent=2) if args.json else table(comparison))
-    if args.plot:
-        plot_day(results, args.plot)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

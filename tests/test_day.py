@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from simulator.day import DEFAULT_SCENARIO, compare, main, plot_day, run_day
+from gpupack.cli import main
+from simulator.day import DEFAULT_SCENARIO, compare, plot_day, run_day
 from simulator.day_cluster import job_arrivals
 from simulator.day_scenario import Scenario, ScenarioError, load_scenario, parse_scenario, replicas_at
 
@@ -195,8 +196,8 @@ def test_plot_and_cli(tmp_path: Path, small_results: dict[str, Any], capsys: pyt
     picture = tmp_path / "day.png"
     plot_day(small_results, picture)
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main([str(DEFAULT_SCENARIO), "--scale", "0.25", "--hours", "2", "--json"]) == 0
+    assert main(["simulate", "--scenario", str(DEFAULT_SCENARIO), "--scale", "0.25", "--hours", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["policies"]) == {"spread", "gpupack"} and data["hours"] == 2
-    assert main([str(tmp_path / "missing.yaml")]) == 2
+    assert main(["simulate", "--scenario", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err

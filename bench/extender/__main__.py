@@ -31,7 +31,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 import orjson
 
 from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
+from bench.net import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
@@ -52,23 +52,6 @@ VERBS = ("filter", "prioritize")
 
 
 # servers ---------------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, timeout: float = 120.0) -> None:
-    """Until something accepts connections on `port`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 class Server:

@@ -28,35 +28,16 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from bench.net import free_port, wait_port
 from certs.issue import issue_ca, issue_serving_cert, write_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT.parent / "shared/fixtures/recorded-k8s-1.36/admission/000-mutate-llm-infer-7b-abc12.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_ready(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"server on port {port} did not start")
 
 
 def _ms(text: str) -> float:
@@ -135,7 +116,7 @@ def measure(
     """
     server = subprocess.Popen(["taskset", "-c", "0", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_ready(port)
+        wait_port(port)
         run_wrk(port, scripts["saturation"], connections, 2)  # warm-up
         results = {}
         for name, script in scripts.items():
