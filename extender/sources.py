@@ -157,6 +157,7 @@ class LiveMetricsCache:
         self._policy = policy
         self._on_read = on_read
         self._failing = False
+        self._stale = False
 
     def _read(self) -> LiveMetrics:
         assert self.source is not None
@@ -177,12 +178,28 @@ class LiveMetricsCache:
                 log.warning("cannot read live GPU metrics, keeping the last ones until they age out: %s", exc)
             self._failing = True
             self._on_read(False)
+            self.check_stale()
             return False
         if self._failing:
             log.info("live GPU metrics readable again")
         self._failing = False
         self._on_read(True)
+        self.check_stale()
         return True
+
+    def check_stale(self, now: float | None = None) -> bool:
+        """Whether no GPU sample is fresher than the policy's age; logs when that starts and when it ends
+        (scores turn neutral on load meanwhile, and nothing is filtered for load)."""
+        max_age = self._policy().max_age_seconds
+        newest = self.snapshot.newest()
+        stale = newest is None or (now or time.time()) - newest > max_age
+        if stale and not self._stale:
+            age = "no sample at all" if newest is None else f"newest sample {(now or time.time()) - newest:.0f}s old"
+            log.warning("live GPU metrics are stale (%s, max age %gs): load scores are neutral", age, max_age)
+        elif not stale and self._stale:
+            log.info("live GPU metrics are fresh again")
+        self._stale = stale
+        return stale
 
     async def run(self) -> None:
         """Refresh every `poll_seconds` until cancelled (the first read is the caller's, before serving)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -228,3 +229,25 @@ def test_static_source_parses_again_only_when_the_file_changes(tmp_path: Path) -
     path.write_text(exposition(SNAPSHOT, timestamp=NOW))
     again = source.read(MetricsPolicy())
     assert again and {x.at for x in again} == {NOW}
+
+
+async def test_stale_data_is_logged_once_when_it_starts_and_when_it_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from extender.sources import LiveMetricsCache
+
+    path = tmp_path / "metrics.txt"
+    path.write_text(exposition(SNAPSHOT))
+    an_hour_ago = time.time() - 3600
+    os.utime(path, (an_hour_ago, an_hour_ago))
+    policy = MetricsPolicy(max_age_seconds=30)
+    cache = LiveMetricsCache(StaticSource(path), lambda: policy, lambda ok: None)
+    with caplog.at_level("INFO", logger="extender.sources"):
+        assert await cache.refresh()  # samples as old as the file: long stale
+        assert cache.check_stale()
+        os.utime(path, None)  # rewritten now: fresh
+        assert await cache.refresh()
+        assert not cache.check_stale()
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("are stale" in m for m in messages) == 1
+    assert sum("fresh again" in m for m in messages) == 1
