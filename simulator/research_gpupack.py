@@ -283,5 +283,7 @@ POLICIES_RESEARCH: dict[str, PolicyFactory] = {
     "k11": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK, CPU_PACK), sharing=(USED,), whole=(USED,))),
     "k12": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED, GPU_PACK), whole=(USED, GPU_PACK))),
     "k13": lex_factory(lambda ctx: GPUPACK_KEYS, resolution=200),
+    # the "node in use" key for sharing pods only (cpu037 lost 0.10 with it on whole-GPU pods too)
+    "k14": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,))),
 }
 """Policy name -> factory, to pass as `simulate(..., registry={**POLICIES, **POLICIES_RESEARCH})`."""
