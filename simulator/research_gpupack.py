@@ -211,6 +211,55 @@ def demand_weighted(shapes: TypicalShapes, mix: float = 1.0) -> TypicalShapes:
     )
 
 
+def used_fed_key(rho: float, empty_second: bool = False) -> Key:
+    """A node in use whose CPU left after the placement still feeds its free GPU at `rho` milli-cores per milli-GPU.
+
+    1 on such nodes, 0 elsewhere; `empty_second`: 2 on them, 1 on empty nodes, 0 on in-use nodes the pod would
+    leave with GPU stranded by CPU.
+    """
+
+    def key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+        gpu_after = state.gpu_left[nodes] - pod.gpu_request_milli
+        cpu_after = state.cpu_free[nodes] - pod.cpu_milli
+        fed = cpu_after >= rho * gpu_after
+        used = state.pod_count[nodes] > 0
+        if empty_second:
+            result: Ints = np.where(used, np.where(fed, 2, 0), 1).astype(np.int64)
+        else:
+            result = (used & fed).astype(np.int64)
+        return result
+
+    return Key(key, 3 if empty_second else 2)
+
+
+def whole_fit_key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+    """Best fit on whole free GPUs: 8 minus the node's fully free GPUs after the placement (0..8)."""
+    after = state.full_count[nodes] - pod.num_gpu
+    result: Ints = (8 - np.clip(after, 0, 8)).astype(np.int64)
+    return result
+
+
+def exact_whole_key(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+    """1 where the pod takes every fully free GPU the node has left (no whole GPU left over), else 0."""
+    result: Ints = (state.full_count[nodes] == pod.num_gpu).astype(np.int64)
+    return result
+
+
+WHOLE_FIT = Key(whole_fit_key, 9)
+EXACT_WHOLE = Key(exact_whole_key, 2)
+
+
+def single_gpu_only(key: Key) -> Key:
+    """`key` for pods asking for one GPU (or a share of one); a constant 0 (no preference) for multi-GPU pods."""
+
+    def fn(pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
+        if pod.num_gpu > 1:
+            return np.zeros(nodes.size, np.int64)
+        return key.fn(pod, state, nodes)
+
+    return Key(fn, key.span)
+
+
 KeysOf = Callable[[PolicyContext], Sequence[Key] | KindKeys]
 """The secondary keys of a run (a run-dependent key, like CPU balance, reads the run's shapes)."""
 
@@ -238,8 +287,12 @@ def gpupack_lex_policy(ctx: PolicyContext) -> Policy:
     return FgdLexPolicy(ctx.shapes, ctx.tiebreak, GPUPACK_KEYS)
 
 
-def _balance(ctx: PolicyContext) -> Key:
-    return cpu_balance_key(cpu_per_gpu(ctx.shapes))
+def _balance(ctx: PolicyContext, buckets: int = 1000) -> Key:
+    return cpu_balance_key(cpu_per_gpu(ctx.shapes), buckets)
+
+
+def _used_fed(ctx: PolicyContext, empty_second: bool = False) -> Key:
+    return used_fed_key(cpu_per_gpu(ctx.shapes), empty_second)
 
 
 POLICIES_RESEARCH: dict[str, PolicyFactory] = {
@@ -285,5 +338,44 @@ POLICIES_RESEARCH: dict[str, PolicyFactory] = {
     "k13": lex_factory(lambda ctx: GPUPACK_KEYS, resolution=200),
     # the "node in use" key for sharing pods only (cpu037 lost 0.10 with it on whole-GPU pods too)
     "k14": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,))),
+    # whole-GPU pods: conditions on the "node in use" key (k6 gains on default, loses on cpu037)
+    "k15": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_used_fed(ctx),))),
+    "k16": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_used_fed(ctx, True),))),
+    "k17": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(GPU_USED,))),
+    "k18": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(WHOLE_FIT,))),
+    "k19": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(EXACT_WHOLE,))),
+    "k20": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(USED, _balance(ctx)))),
+    "k21": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_balance(ctx), USED))),
+    "k22": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(EXACT_WHOLE, USED))),
+    # whole-GPU pods by CPU balance first (k21's neighbours)
+    "k23": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_balance(ctx),))),
+    "k24": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(_balance(ctx), USED), whole=(_balance(ctx), USED))
+    ),
+    "k25": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED, _balance(ctx)), whole=(_balance(ctx), USED))
+    ),
+    "k26": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_balance(ctx, NODE_MILLI + 1), USED))
+    ),
+    "k27": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_balance(ctx), USED, GPU_PACK))
+    ),
+    "k28": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_used_fed(ctx, True), USED))),
+    # ablations of k23 (CPU-only: GPU_PACK, sharing: USED, whole: CPU balance)
+    "k29": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), whole=(_balance(ctx),))),
+    "k30": lex_factory(lambda ctx: KindKeys(sharing=(USED,), whole=(_balance(ctx),))),
+    "k31": lex_factory(lambda ctx: KindKeys(whole=(_balance(ctx),))),
+    "k32": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(_balance(ctx), EXACT_WHOLE))),
+    "k33": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(EXACT_WHOLE, _balance(ctx)))),
+    # CPU balance for one-GPU pods only (multigpu40 lost ~0.03 with it on multi-GPU pods). k34 is the best found
+    # here: >= fgd on every variant (10 seeds on default/cpu037/cpu072/multigpu40), unlike k6 on cpu037.
+    "k34": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(single_gpu_only(_balance(ctx)),))
+    ),
+    "k35": lex_factory(
+        lambda ctx: KindKeys(cpu_only=(GPU_PACK,), sharing=(USED,), whole=(single_gpu_only(_balance(ctx)), USED))
+    ),
+    "k36": lex_factory(lambda ctx: KindKeys(cpu_only=(GPU_PACK,), whole=(single_gpu_only(_balance(ctx)),))),
 }
 """Policy name -> factory, to pass as `simulate(..., registry={**POLICIES, **POLICIES_RESEARCH})`."""
