@@ -48,7 +48,15 @@ class ServeOptions:
 
 
 async def read_body(request: web.Request, timeout: float) -> bytes:
-    """The whole body within `timeout` seconds. Raises BodyTimeout; an oversized body raises aiohttp's 413."""
+    """The whole body within `timeout` seconds. Raises BodyTimeout; an oversized body raises aiohttp's 413.
+
+    The timer is armed only when part of the body has yet to arrive. Clients (the API server, kube-scheduler)
+    send a request in one write, so by the time a handler runs aiohttp has usually parsed the whole body:
+    reading it then cannot block, and arming `asyncio.timeout` (a timer scheduled and cancelled on the event
+    loop) cost about 30 µs per request on the webhook benchmark. A slow client still meets the timeout.
+    """
+    if request.content.is_eof():
+        return await request.read()
     try:
         async with asyncio.timeout(timeout):  # unlike wait_for, no extra task per request
             return await request.read()
