@@ -27,9 +27,8 @@ from extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, 
 from extender.state import ClusterState
 from gpupack.kube import RawListWatch, api_client
 from gpupack.policy import Policy
-from gpupack.policy_store import PolicyStore, load_policy_file
 from gpupack.server import ServeOptions, serve_forever
-from gpupack.telemetry import PolicyMetrics
+from gpupack.telemetry import monitored_policy_store
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +91,7 @@ def build_app(config: ExtenderConfig, registry: CollectorRegistry | None = None)
     Raises PolicyError, OSError or ValueError when the policy, the kubeconfig or the list files cannot be used.
     """
     registry = registry or CollectorRegistry()
-    policy_metrics = PolicyMetrics(registry)
-    store = PolicyStore(
-        config.policy_file,
-        load_policy_file(config.policy_file),
-        on_reload=policy_metrics.loaded,
-        on_failure=policy_metrics.failed,
-    )
+    store = monitored_policy_store(config.policy_file, registry)
     state = ClusterState()
     if config.nodes_file is not None:
         pods = _items(config.pods_file) if config.pods_file else []

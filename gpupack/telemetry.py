@@ -6,9 +6,11 @@ one process do not collide.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpupack.policy_store import LoadedPolicy
+from gpupack.policy_store import LoadedPolicy, PolicyStore, load_policy_file
 
 
 class PolicyMetrics:
@@ -32,6 +34,16 @@ class PolicyMetrics:
     def failed(self, _message: str) -> None:
         """Count a refused version."""
         self.reload_failures.inc()
+
+
+def monitored_policy_store(path: Path | None, registry: CollectorRegistry) -> PolicyStore:
+    """The policy a service serves from `path`, with its version and refused reloads exported on `registry`.
+
+    Raises PolicyError or OSError when the file is invalid or unreadable: a service must not start on a policy
+    nobody wrote.
+    """
+    metrics = PolicyMetrics(registry)
+    return PolicyStore(path, load_policy_file(path), on_reload=metrics.loaded, on_failure=metrics.failed)
 
 
 class ClusterReadMetrics:

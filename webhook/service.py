@@ -12,9 +12,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gpupack.kube import ClusterFactsCache, ClusterReader, KubeClusterReader, api_client
-from gpupack.policy_store import PolicyStore, load_policy_file
 from gpupack.server import ServeOptions, serve_forever
-from gpupack.telemetry import ClusterReadMetrics, PolicyMetrics
+from gpupack.telemetry import ClusterReadMetrics, monitored_policy_store
 from webhook.app import WebhookSettings, make_app
 
 log = logging.getLogger(__name__)
@@ -42,13 +41,7 @@ def build_app(
     starting with a policy nobody wrote.
     """
     registry = registry or CollectorRegistry()
-    policy_metrics = PolicyMetrics(registry)
-    store = PolicyStore(
-        config.policy_file,
-        load_policy_file(config.policy_file),
-        on_reload=policy_metrics.loaded,
-        on_failure=policy_metrics.failed,
-    )
+    store = monitored_policy_store(config.policy_file, registry)
     if reader is None and (config.kubeconfig is not None or config.in_cluster):
         reader = KubeClusterReader(api_client(config.kubeconfig, config.in_cluster))
     cluster = ClusterFactsCache(reader, ClusterReadMetrics(registry))
