@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from extender.demand import FINISHED_PHASES, RequestsCache, pod_requests
+from extender.demand import FINISHED_PHASES, RequestsCache, pod_key, pod_requests
 from extender.inventory import NodeRecord, node_from_json
 from extender.state import ClusterState, Requests
 from gpupack.kube import Kind
@@ -66,7 +66,7 @@ def pod_change(
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError("pod without metadata.name")
-    key = str(meta.get("uid") or f"{meta.get('namespace', '')}/{name}")  # as demand_of keys it
+    key = pod_key(meta)
     if event_type == "DELETED":
         return PodChange(key, None, (), deleted=True)
     spec = pod.get("spec") or {}

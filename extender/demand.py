@@ -141,6 +141,12 @@ def _owned_by_statefulset(meta: Mapping[str, Any]) -> bool:
     return any(isinstance(o, dict) and o.get("kind") == "StatefulSet" for o in meta.get("ownerReferences") or [])
 
 
+def pod_key(meta: Mapping[str, Any]) -> str:
+    """How the extender names a pod: its uid, else namespace/name. The assume cache and the watch must agree,
+    so that a pod seen bound replaces its assumption."""
+    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+
 def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | None = None) -> PodDemand:
     """The demand of a Pod object (as JSON). Raises DemandError naming the field that cannot be read.
 
@@ -153,17 +159,14 @@ def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | Non
     annotations = meta.get("annotations") or {}
     shared = policy.time_slicing.resource_name
     requests = dict(cache.requests(spec, shared)) if cache is not None else pod_requests(spec, shared)
-    gpus = [
-        (r, n) for r, n in requests.items() if n > 0 and contract.is_gpu_resource(r, policy.time_slicing.resource_name)
-    ]
+    gpus = [(r, n) for r, n in requests.items() if n > 0 and contract.is_gpu_resource(r, shared)]
     gpu_resource, gpu_count = min(gpus) if gpus else (None, 0)
     workload = annotations.get(contract.ANNOTATION_CLASS) or labels.get(contract.LABEL_WORKLOAD)
     workload = workload if workload in contract.WORKLOAD_CLASSES else None
     critical = workload == "inference" and labels.get(contract.LABEL_LATENCY) != "tolerant"
     forbid = workload is not None and policy.classes.of(workload).spot == "forbid"
-    ident = meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
     return PodDemand(
-        key=str(ident),
+        key=pod_key(meta),
         requests=requests,
         gpu_resource=gpu_resource,
         gpu_count=gpu_count,
