@@ -92,16 +92,20 @@ class _Day:
         if not decision.allowed:
             self.meter.denied += 1
             return None
-        pod = apply_patch(raw, decision.ops)
+        self.seq += 1
+        sim = self.sim_pod(apply_patch(raw, decision.ops), busy, step, stream, run_steps)
+        self.pending[sim.demand.key] = sim
+        return sim
+
+    def sim_pod(self, pod: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None) -> SimPod:
+        """The simulator's record of an admitted pod: its demand, priority and scheduling constraints."""
         spec = pod["spec"]
         constraints = orjson.dumps(
             [spec.get("affinity"), spec.get("nodeSelector"), spec.get("tolerations")], option=orjson.OPT_SORT_KEYS
         )
-        self.seq += 1
         demand = demand_of(pod, self.policy)
-        sim = SimPod(pod, demand, int(spec.get("priority") or 0), busy, step, self.seq, stream, constraints, run_steps)
-        self.pending[sim.demand.key] = sim
-        return sim
+        priority = int(spec.get("priority") or 0)
+        return SimPod(pod, demand, priority, busy, step, self.seq, stream, constraints, run_steps)
 
     def delete(self, sim: SimPod) -> None:
         """A deleted pod frees its node at once (no graceful termination in the model)."""

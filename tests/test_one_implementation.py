@@ -7,18 +7,15 @@ import copy
 import time
 from typing import Any
 
-import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.app import Extender, ExtenderSettings, make_app
-from extender.demand import demand_of
 from extender.live import LiveMetrics, NodeUtils
 from extender.verbs import View, snapshot, verdict
 from gpupack.policy_store import LoadedPolicy, PolicyStore
 from simulator.day import DEFAULT_SCENARIO, _Day, load_scenario
 from simulator.day_cluster import job_arrivals, replica_pod
-from simulator.day_metrics import SimPod
 from webhook.mutate import plan
 from webhook.patches import apply_patch
 
@@ -70,8 +67,9 @@ async def test_prioritize_ranks_the_same_node_first_as_the_simulator(aiohttp_cli
         client = await aiohttp_client(make_app(extender, CollectorRegistry()))
         for pod in pods:
             ours = {}
+            day_pod = day.sim_pod(pod, 0.0, 0, "probe", None)
             for name, record in day.records.items():
-                if not day.statically_ok(day_pod := _sim(day, pod), name):
+                if not day.statically_ok(day_pod, name):
                     continue
                 found = verdict(day_pod.demand, snapshot(record, view, wall, wall), day.policy)
                 if found.rejection is None:
@@ -86,13 +84,3 @@ async def test_prioritize_ranks_the_same_node_first_as_the_simulator(aiohttp_cli
             compared += 1
         await client.close()
     assert compared >= 12  # every sample state contributed rankings
-
-
-def _sim(day: _Day, pod: dict[str, Any]) -> Any:
-    """The simulator's record of a probe pod (its demand and scheduling constraints), without admitting it."""
-
-    spec = pod["spec"]
-    constraints = orjson.dumps(
-        [spec.get("affinity"), spec.get("nodeSelector"), spec.get("tolerations")], option=orjson.OPT_SORT_KEYS
-    )
-    return SimPod(pod, demand_of(pod, day.policy), 0, 0.0, 0, 0, "probe", constraints, None)
