@@ -43,6 +43,7 @@ import orjson
 
 from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
 from bench.net import free_port, wait_port
+from bench.wrk import read_report
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
@@ -147,14 +148,6 @@ end
     return script
 
 
-def _ms(text: str) -> float:
-    found = re.match(r"([\d.]+)(us|ms|s|m|h)$", text)
-    if found is None:
-        raise ValueError(f"cannot read a wrk duration: {text!r}")
-    value, unit = found.groups()
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}[unit]
-
-
 def run_wrk(server: Server, script: Path, connections: int, duration: float) -> dict[str, float]:
     cmd = [
         "taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{connections}", f"-d{duration:g}s", "--timeout", "5s",
@@ -162,26 +155,9 @@ def run_wrk(server: Server, script: Path, connections: int, duration: float) -> 
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     try:
-        return _read_wrk(out)
-    except (AttributeError, ValueError) as exc:
+        return read_report(out)
+    except ValueError as exc:
         raise RuntimeError(f"cannot read wrk's output ({exc}):\n{out}") from exc
-
-
-def _read_wrk(out: str) -> dict[str, float]:
-    found = re.search(r"(\d+) requests in ([\d.]+)(\w+)", out)
-    assert found is not None, out
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),  # type: ignore[union-attr]
-        "requests": float(found.group(1)),
-        "p50_ms": _ms(re.search(r"^\s*50%\s+(\S+)", out, re.M).group(1)),  # type: ignore[union-attr]
-        "p90_ms": _ms(re.search(r"^\s*90%\s+(\S+)", out, re.M).group(1)),  # type: ignore[union-attr]
-        "p99_ms": _ms(re.search(r"^\s*99%\s+(\S+)", out, re.M).group(1)),  # type: ignore[union-attr]
-        "max_ms": _ms(re.search(r"Latency\s+\S+\s+\S+\s+(\S+)", out).group(1)),  # type: ignore[union-attr]
-        "non_2xx": float(non_2xx.group(1)) if non_2xx else 0.0,
-        "socket_errors": float(sum(int(g) for g in socket_errors.groups())) if socket_errors else 0.0,
-    }
 
 
 def _reason_kind(reason: str) -> str:

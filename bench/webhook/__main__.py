@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -34,19 +33,11 @@ import tempfile
 from pathlib import Path
 
 from bench.net import free_port, wait_port
+from bench.wrk import read_report
 from certs.issue import issue_ca, issue_serving_cert, write_pair
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT.parent / "shared/fixtures/recorded-k8s-1.36/admission/000-mutate-llm-infer-7b-abc12.json"
-
-
-def _ms(text: str) -> float:
-    """A wrk duration (`812.00us`, `1.20ms`, `1.01s`, `1.50m`) in milliseconds."""
-    match = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
-    if match is None:
-        raise ValueError(f"unexpected duration in wrk's output: {text!r}")
-    value, unit = match.groups()
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}[unit]
 
 
 def wrk_script(body: str, delay_ms: float | None = None) -> str:
@@ -83,21 +74,7 @@ def run_wrk(port: int, script: Path, connections: int, duration: int) -> dict[st
         f"https://127.0.0.1:{port}/mutate?timeout=5s",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    requests = float(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    # Anchored at the line start: the thread summary's "+/- Stdev" column (e.g. `90.50%`) also contains "50%".
-    p50 = _ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    socket_errors = re.search(r"Socket errors: (.*)", out)
-    return {
-        "rps": rps,
-        "requests": requests,
-        "p50_ms": p50,
-        "p99_ms": p99,
-        "non_2xx": float(errors.group(1)) if errors else 0.0,
-        "socket_errors": 1.0 if socket_errors else 0.0,
-    }
+    return read_report(out)
 
 
 def cpu_seconds(pid: int) -> float:
