@@ -24,7 +24,7 @@ from demo.report import Cost, cost
 from demo.scheduler import feasible, final_scores, preferred_affinity
 from extender.app import EXTENDER, Extender
 from extender.dcgm_text import exposition
-from extender.demand import demand_of, pod_requests
+from extender.demand import pod_key, pod_requests
 from extender.inventory import NodeRecord, node_from_json
 from extender.service import ExtenderConfig
 from extender.service import build_app as build_extender
@@ -54,6 +54,12 @@ class Placement:
     busy: float
     lines: list[str] = field(default_factory=list)
     unplaced: list[str] = field(default_factory=list)
+
+    def add(self, node: str, requests: dict[str, int]) -> None:
+        """Count a bound pod's requests on its node."""
+        used = self.used.setdefault(node, {})
+        for resource, n in requests.items():
+            used[resource] = used.get(resource, 0) + n
 
 
 @asynccontextmanager
@@ -95,16 +101,14 @@ async def place(
     """Schedule `pods` in order: kube-scheduler's own filters, then the extender's filter and scores."""
     result = Placement(scoring, {}, 0.0)
     for pod_json in running_pods():
-        node = pod_json["spec"]["nodeName"]
-        for r, n in pod_requests(pod_json["spec"]).items():
-            result.used.setdefault(node, {})[r] = result.used.setdefault(node, {}).get(r, 0) + n
+        result.add(pod_json["spec"]["nodeName"], pod_requests(pod_json["spec"]))
+    nodes = {n["metadata"]["name"]: n for n in NODES}
+    labels = {name: n["metadata"].get("labels") or {} for name, n in nodes.items()}
     for pod, busy in pods:
         name = pod["metadata"]["name"]
         requests = pod_requests(pod["spec"])
         candidates = [
-            n["metadata"]["name"]
-            for n in NODES
-            if feasible(pod, n, records[n["metadata"]["name"]].allocatable, result.used.get(n["metadata"]["name"], {}))
+            node for node, n in nodes.items() if feasible(pod, n, records[node].allocatable, result.used.get(node, {}))
         ]
         args = {"Pod": pod, "Nodes": None, "NodeNames": candidates}
         async with session.post(f"{url}/filter", json=args) as resp:
@@ -119,13 +123,11 @@ async def place(
         if len(passed) > 1:  # kube-scheduler calls prioritize only with more than one feasible node
             async with session.post(f"{url}/prioritize", json={**args, "NodeNames": passed}) as resp:
                 scores = {e["Host"]: e["Score"] for e in await resp.json()}
-        labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in NODES}
         totals = final_scores(scores, {n: preferred_affinity(pod, labels[n]) for n in passed})
         best = max(passed, key=lambda n: totals.get(n, 0))
-        for r, n in requests.items():
-            result.used.setdefault(best, {})[r] = result.used.setdefault(best, {}).get(r, 0) + n
+        result.add(best, requests)
         # The binding, as the extender's pod watch would deliver it moments later.
-        extender.state.upsert_pod(demand_of(pod, extender.policy.policy).key, best, tuple(requests.items()))
+        extender.state.upsert_pod(pod_key(pod["metadata"]), best, tuple(requests.items()))
         gpu = next((f"{n} {r}" for r, n in requests.items() if r.startswith("nvidia.com/")), "")
         record = records[best]
         result.busy += busy * sum(n * record.shares.get(r, 0.0) for r, n in requests.items())
