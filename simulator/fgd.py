@@ -92,18 +92,9 @@ class FgdPolicy:
         count = model.size
         cpu_after = cpu - pod.cpu_milli
         if pod.is_sharing:
-            rows, cols = np.nonzero(gpus >= pod.gpu_milli)
-            candidates = gpus[rows]
-            candidates[np.arange(rows.size), cols] -= pod.gpu_milli
-            frag = fragmentation(
-                self.shapes,
-                np.concatenate([model, model[rows]]),
-                np.concatenate([cpu, cpu_after[rows]]),
-                np.concatenate([gpus, candidates]),
-            )
-            before, after = frag[:count], frag[count:]
+            rows, cols, decrease = self.sharing_decrease(pod, model, cpu, gpus)
             grid = np.full(gpus.shape, -1, np.int64)
-            grid[rows, cols] = self._score(before[rows] - after)
+            grid[rows, cols] = self._score(decrease)
             choice: Ints = np.argmax(grid, axis=1).astype(np.int64)
             best: Ints = grid[np.arange(count), choice]
             return best, np.where(best >= 0, choice, -1)
@@ -119,6 +110,22 @@ class FgdPolicy:
             np.concatenate([gpus, after_gpus]),
         )
         return self._score(frag[:count] - frag[count:]), np.full(count, -1, np.int64)
+
+    def sharing_decrease(self, pod: PodRecord, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints, Ints]:
+        """For a sharing pod: every (node row, GPU column) with room for it, and the fragmentation decrease of
+        placing it there. The states before and after go through one `fragmentation()` call."""
+        count = model.size
+        rows, cols = np.nonzero(gpus >= pod.gpu_milli)
+        candidates = gpus[rows]
+        candidates[np.arange(rows.size), cols] -= pod.gpu_milli
+        frag = fragmentation(
+            self.shapes,
+            np.concatenate([model, model[rows]]),
+            np.concatenate([cpu, (cpu - pod.cpu_milli)[rows]]),
+            np.concatenate([gpus, candidates]),
+        )
+        decrease: Ints = frag[:count][rows] - frag[count:]
+        return rows, cols, decrease
 
     def _score(self, decrease: Ints) -> Ints:
         """int64(sigmoid(decrease / 1000) * 100) with decrease = C * (F_before - F_after) in exact integers."""

@@ -28,7 +28,7 @@ import numpy as np
 from simulator.cluster import ClusterState, Placement
 from simulator.devices import exclusive_gpus
 from simulator.fgd import FgdPolicy
-from simulator.fragmentation import TypicalShapes, fragmentation
+from simulator.fragmentation import TypicalShapes
 from simulator.policy import Bools, Ints, Policy, PolicyContext, PolicyFactory
 from simulator.trace import MILLI, PodRecord
 
@@ -173,19 +173,10 @@ class FgdLexPolicy(FgdPolicy):
         if not (self.tight_gpu and pod.is_sharing):
             return super().score_states(pod, model, cpu, gpus)
         count = model.size
-        rows, cols = np.nonzero(gpus >= pod.gpu_milli)
-        candidates = gpus[rows]
-        candidates[np.arange(rows.size), cols] -= pod.gpu_milli
-        frag = fragmentation(
-            self.shapes,
-            np.concatenate([model, model[rows]]),
-            np.concatenate([cpu, (cpu - pod.cpu_milli)[rows]]),
-            np.concatenate([gpus, candidates]),
-        )
-        before, after = frag[:count], frag[count:]
+        rows, cols, decrease = self.sharing_decrease(pod, model, cpu, gpus)
         slack = gpus[rows, cols] - pod.gpu_milli  # 0..999: the GPU's free share after the placement
         grid = np.full(gpus.shape, -1, np.int64)
-        grid[rows, cols] = self._score(before[rows] - after) * MILLI + (MILLI - 1 - slack)
+        grid[rows, cols] = self._score(decrease) * MILLI + (MILLI - 1 - slack)
         choice: Ints = np.argmax(grid, axis=1).astype(np.int64)
         best: Ints = grid[np.arange(count), choice]
         return np.where(best >= 0, best // MILLI, -1), np.where(best >= 0, choice, -1)
