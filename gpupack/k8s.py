@@ -38,11 +38,6 @@ class ObjectMeta(_K8s):
     annotations: dict[str, str] | None = None
     owner_references: list[OwnerReference] | None = None
 
-    @property
-    def display_name(self) -> str:
-        """The name, or `<generateName>*` for pods not yet named."""
-        return self.name or f"{self.generate_name or ''}*"
-
 
 class ResourceRequirements(_K8s):
     """Requests and limits of a container (quantities kept as strings)."""

@@ -55,15 +55,6 @@ def parse_quantity(text: str | int | float) -> Decimal:
     return value * Decimal(10) ** int(suffix[1:])
 
 
-def is_quantity(text: object) -> bool:
-    """Whether `text` parses as a quantity."""
-    try:
-        parse_quantity(text)  # type: ignore[arg-type]
-    except QuantityError:
-        return False
-    return True
-
-
 def format_gib(value: Decimal) -> str:
     """Render a byte count for people: `8Gi`, `9.5Gi`."""
     gib = (value / GIB).normalize()

@@ -14,7 +14,7 @@ from typing import Literal, cast
 from gpupack import contract
 from gpupack.k8s import Pod
 from gpupack.policy import Sharing, WorkloadClass
-from gpupack.quantity import QuantityError, format_gib, parse_quantity
+from gpupack.quantity import QuantityError, parse_quantity
 
 Latency = Literal["critical", "tolerant"]
 
@@ -38,10 +38,6 @@ class WorkloadRequest:
     latency: Latency | None = None
     sharing: Sharing | None = None
     checkpoint: bool = False
-
-    def describe_memory(self) -> str:
-        """`8Gi`-style rendering of the requested GPU memory."""
-        return format_gib(self.gpu_memory) if self.gpu_memory is not None else "unset"
 
 
 def _choice(labels: dict[str, str], label: str, valid: tuple[str, ...]) -> str | None:
