@@ -22,6 +22,7 @@ from extender.informer import InformerCounters
 from extender.live import EMPTY, LiveMetrics
 from extender.metrics import ExtenderMetrics
 from extender.state import ClusterState
+from extender.typical import ShapeBook
 from extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
 from extender.wire import ArgsError, ExtenderArgs, filter_result, parse_args, priority_list
 from gpupack.policy_store import PolicyStore
@@ -55,11 +56,15 @@ class Extender:
     cache: DecisionCache = field(default_factory=DecisionCache)
     requests: RequestsCache = field(default_factory=RequestsCache)
     """Pending pods' requests by container-resources shape: kube-scheduler asks about a Deployment's replicas."""
+    book: ShapeBook = field(default_factory=ShapeBook)
+    """The cluster's typical pod shapes, re-counted from the watch cache as pods change."""
 
     def view(self) -> View:
         """A consistent set of inputs for one request."""
         current = self.policy.current
-        return View(self.state, self.live, current.policy, current.version, self.cache)
+        if current.policy.extender.scoring == "gpupack":
+            self.book.refresh(self.state)
+        return View(self.state, self.live, current.policy, current.version, self.cache, self.book)
 
 
 EXTENDER: web.AppKey[Extender] = web.AppKey("extender")

@@ -5,13 +5,15 @@ Three scoring policies, chosen by `extender.scoring`:
 - `spread`, the default scheduler's LeastAllocated: the mean over the pod's resources (cpu, memory, its GPU
   resource) of the free fraction left after placing it. The baseline.
 - `binpack`, MostAllocated: the mean of the used fractions after placing it.
-- `gpupack`:
-  - a CPU-only pod scores 10 on nodes without GPUs and 0 on GPU nodes: a CPU pod on a GPU node keeps the
-    autoscaler from removing it;
-  - a node whose GPUs are all unrequested scores 0 unless the pod fills it: empty nodes stay empty so Cluster
-    Autoscaler can remove them (when only empty nodes fit, one of them still gets the pod);
-  - whole GPUs (training): best fit, `1 + 9 * used_after / capacity` of `nvidia.com/gpu`;
-  - shared GPUs (MIG, time-sliced): `1 + 9 * (wp*packing + wl*load + wf*fragmentation) / (wp + wl + wf)` with
+- `gpupack`, an order rather than a score (`priorities` turns it into 10, 9, ... by rank, so kube-scheduler
+  sees which node comes first, not by how much):
+  - whole GPUs, time-sliced replicas and CPU-only pods: `extender.packing`'s order. With `keepEmptyNodes` (the
+    default) a GPU node with nothing requested comes last unless the pod fills it (Cluster Autoscaler can remove
+    it); then FGD's fragmentation score against the cluster's typical pod shapes, with its ties broken by pod
+    kind (the rule measured on the Alibaba trace). Among equals, a time-sliced pod then prefers the node whose
+    best GPU is closest to the target load (`load` below): GPUs already busy but not hot;
+  - MIG instances: `1 + 9 * (wp*packing + wl*load + wf*fragmentation) / (wp + wl + wf)`, and 0 on a node whose
+    GPUs are all unrequested unless the pod fills it (empty nodes stay empty for the autoscaler), with
       packing       = the node's GPUs requested after placing the pod, in physical GPUs' worth, over its GPUs;
       load          = target-load shape of the live utilization u of the node's best GPU (Trimaran's
                       TargetLoadPacking, on GPUs, with target T):  u <= T: (1 - T) * u / T + T,
@@ -24,9 +26,15 @@ Three scoring policies, chosen by `extender.scoring`:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from extender.demand import PodDemand
 from extender.inventory import CPU, MEMORY
+from extender.packing import order_key, packed_scores, stays_open, tie_key
 from extender.snapshot import NodeSnapshot
+from extender.typical import ShapeBook, ask_of
 from gpupack import contract
 from gpupack.policy import Policy
 
@@ -78,36 +86,74 @@ def fragmentation(demand: PodDemand, snap: NodeSnapshot) -> float:
     return 0.5 if not snap.empty else 0.0
 
 
-def gpupack_score(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> int:
-    """The project's score (see the module docstring for the formula)."""
+def mig_score(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> int:
+    """The MIG blend, 0..10 (see the module docstring)."""
     node = snap.node
     resource = demand.gpu_resource
-    if resource is None:
-        return MAX_SCORE if node.gpu_capacity <= 0 else 0
     capacity = node.gpu_capacity
-    if capacity <= 0:
+    if resource is None or capacity <= 0:
         return 0
     share = node.shares.get(resource, 1.0)
     packing = min((snap.gpu_used + demand.gpu_count * share) / capacity, 1.0)
     if snap.empty and packing < 1.0:
         return 0
-    if resource == contract.RESOURCE_GPU:
-        return 1 + round(9 * packing)
     weights = policy.extender.weights
-    target = policy.extender.target_utilization
-    load = max((target_load(u, target) for u in snap.utils), default=NEUTRAL_LOAD)
     total = weights.packing + weights.load + weights.fragmentation
     blend = (
-        weights.packing * packing + weights.load * load + weights.fragmentation * fragmentation(demand, snap)
+        weights.packing * packing
+        + weights.load * live_load(snap, policy)
+        + weights.fragmentation * fragmentation(demand, snap)
     ) / total
     return 1 + round(9 * blend)
 
 
-def score(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> int:
-    """The score of the policy's scoring mode, 0..10."""
+def live_load(snap: NodeSnapshot, policy: Policy) -> float:
+    """`target_load` of the node's best GPU, `NEUTRAL_LOAD` without fresh data."""
+    target = policy.extender.target_utilization
+    return max((target_load(u, target) for u in snap.utils), default=NEUTRAL_LOAD)
+
+
+def gpupack_order(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBook) -> int:
+    """The project's node order, higher first (see the module docstring)."""
+    resource = demand.gpu_resource
+    if resource is not None and resource.startswith(contract.RESOURCE_MIG_PREFIX):
+        return mig_score(demand, snap, policy)
+    ask = ask_of(demand.requests, snap.node)
+    if ask is None:
+        return 0
+    free = snap.gpu_free
+    gpus = np.array([free], dtype=np.int64).reshape(1, len(free))
+    cpu = np.array([snap.free(CPU)], dtype=np.int64)
+    model = np.array([book.model_id(snap.node.product)], dtype=np.int64)
+    score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
+    tie = tie_key(ask, np.array([sum(free)], np.int64), cpu, np.array([snap.pods], np.int64), book.rho)
+    open_first = None
+    if policy.extender.keep_empty_nodes:
+        open_first = stays_open(ask, np.array([not snap.empty]), np.array([snap.node.gpu_count], np.int64))
+    order = int(order_key(score, tie, open_first)[0])
+    if ask.sharing and order >= 0:
+        order = order * (MAX_SCORE + 1) + round(MAX_SCORE * live_load(snap, policy))
+    return order
+
+
+def score(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBook) -> int:
+    """The score of the policy's scoring mode: 0..10 for `spread` and `binpack`, an order for `gpupack`."""
     mode = policy.extender.scoring
     if mode == "spread":
         return spread(demand, snap)
     if mode == "binpack":
         return binpack(demand, snap)
-    return gpupack_score(demand, snap, policy)
+    return gpupack_order(demand, snap, policy, book)
+
+
+def priorities(scores: Sequence[int | None], policy: Policy) -> list[int]:
+    """What the extender answers kube-scheduler, 0..10 per node (None: a node it does not know, 0).
+
+    `spread` and `binpack` scores are already 0..10. `gpupack` orders become ranks: the best nodes 10, the next
+    distinct value 9, and so on down to 1.
+    """
+    if policy.extender.scoring != "gpupack":
+        return [0 if s is None else s for s in scores]
+    distinct = sorted({s for s in scores if s is not None}, reverse=True)
+    rank = {s: max(MAX_SCORE - i, 1) for i, s in enumerate(distinct)}
+    return [0 if s is None else rank[s] for s in scores]

@@ -21,6 +21,10 @@ class NodeSnapshot:
     """Requested by bound pods and assumed placements, per resource (same units as `allocatable`)."""
     utils: tuple[float, ...] = ()
     """Utilization 0-1 of each GPU with fresh data; empty when none is fresh (scores then stay neutral)."""
+    gpu_free: tuple[int, ...] = ()
+    """Free milli-GPU of each physical GPU for whole and time-sliced pods (`extender.typical.gpu_layout`)."""
+    pods: int = 0
+    """Pods on the node, bound and assumed."""
     gpu_used: float = field(init=False)
     """Physical GPUs' worth of GPU resources requested on the node (computed once: every score reads it)."""
 

@@ -18,6 +18,7 @@ from extender.inventory import NodeRecord
 
 Requests = tuple[tuple[str, int], ...]
 _NOTHING: Mapping[str, int] = {}
+_NO_PODS: Mapping[str, Requests] = {}
 CHANGE_LOG = 100_000
 
 
@@ -59,6 +60,10 @@ class ClusterState:
         self._changed: list[str] = []
         """Nodes whose inputs to a decision changed (record, usage, assumptions), in order; see `changed_since`."""
         self._changed_base = 0
+        self._by_node: dict[str, dict[str, Requests]] = {}
+        """Bound pods per node, in the order they were first seen there (the order their GPUs were handed out)."""
+        self.pod_changes = 0
+        """How many pod events were applied (the typical shapes re-count after enough of them)."""
 
     def _touch(self, node: str) -> None:
         self._changed.append(node)
@@ -98,14 +103,21 @@ class ClusterState:
     # pods --------------------------------------------------------------------------------------------------
     def upsert_pod(self, key: str, node: str | None, requests: Requests) -> None:
         """Record a pod event: counted on `node` when bound and running; None (pending or finished) uncounts it."""
+        self.pod_changes += 1
         old = self.pods.pop(key, None)
         if old is not None:
             _add(self._usage.setdefault(old.node, {}), old.requests, -1)
             self._touch(old.node)
+            if old.node != node:
+                on_node = self._by_node.get(old.node, {})
+                on_node.pop(key, None)
+                if not on_node:
+                    self._by_node.pop(old.node, None)
         if node:
             self._forget_assumed(key)
             self.pods[key] = PodRecord(node, requests)
             _add(self._usage.setdefault(node, {}), requests, +1)
+            self._by_node.setdefault(node, {})[key] = requests  # an update keeps its place
             self._touch(node)
 
     def remove_pod(self, key: str) -> None:
@@ -117,9 +129,12 @@ class ClusterState:
         """Replace every pod (after a full list): (key, node, requests) of the bound, running ones."""
         self.pods = {}
         self._usage = {}
+        self._by_node = {}
         for key, node, requests in pods:
             self.pods[key] = PodRecord(node, requests)
             _add(self._usage.setdefault(node, {}), requests, +1)
+            self._by_node.setdefault(node, {})[key] = requests
+        self.pod_changes += len(self.pods) + 1
         for key in [k for k in self._assumed if k in self.pods]:
             self._forget_assumed(key)
         self.epoch += 1
@@ -174,6 +189,15 @@ class ClusterState:
         for one in assumed:
             _add(total, one.requests, +1)
         return total
+
+    def pods_on(self, node: str, now: float | None = None) -> list[Requests]:
+        """The requests of the pods bound to `node` in the order first seen, then its live assumptions."""
+        bound = list(self._by_node.get(node, _NO_PODS).values())
+        return bound + [a.requests for a in self.assumed_on(node, now)]
+
+    def pod_count(self, node: str, now: float | None = None) -> int:
+        """Pods bound to `node` plus its live assumptions."""
+        return len(self._by_node.get(node, _NO_PODS)) + len(self.assumed_on(node, now))
 
     def valid_until(self, node: str) -> float:
         """When the node's usage next changes by itself (its first assumption expiring; monotonic clock)."""

@@ -20,9 +20,10 @@ from extender.demand import PodDemand
 from extender.filter import Rejection, reject
 from extender.inventory import NodeRecord, node_from_json
 from extender.live import LiveMetrics
-from extender.score import score
+from extender.score import priorities, score
 from extender.snapshot import NodeSnapshot
 from extender.state import ClusterState
+from extender.typical import ShapeBook, gpu_layout
 from extender.wire import ArgsError, ExtenderArgs
 from gpupack.policy import Policy
 
@@ -110,6 +111,8 @@ class View:
     policy: Policy
     policy_version: str = ""
     cache: DecisionCache | None = None
+    book: ShapeBook = field(default_factory=ShapeBook)
+    """The typical pod shapes `gpupack` scores fragmentation against."""
 
 
 @dataclass(slots=True)
@@ -124,14 +127,20 @@ class FilterOutcome:
 
 
 def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSnapshot:
-    """One node with its usage (bound + assumed) and fresh GPU utilizations."""
+    """One node with its usage (bound + assumed) and fresh GPU utilizations, and under `gpupack` scoring the free
+    share of each GPU and the pod count."""
     max_age = view.policy.extender.metrics.max_age_seconds
-    return NodeSnapshot(record, view.state.used(record.name, now), view.live.fresh_utils(record.name, wall, max_age))
+    name, state = record.name, view.state
+    utils = view.live.fresh_utils(name, wall, max_age)
+    if view.policy.extender.scoring != "gpupack":
+        return NodeSnapshot(record, state.used(name, now), utils)
+    pods = state.pods_on(name, now)
+    return NodeSnapshot(record, state.used(name, now), utils, tuple(gpu_layout(record, pods)), len(pods))
 
 
-def verdict(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Verdict:
+def verdict(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBook) -> Verdict:
     """Filter and score one node."""
-    return Verdict(reject(demand, snap, policy), score(demand, snap, policy))
+    return Verdict(reject(demand, snap, policy), score(demand, snap, policy, book))
 
 
 def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict | None]:
@@ -148,17 +157,17 @@ def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict 
                 record = node_from_json(node, policy)
             except ValueError as exc:
                 raise ArgsError(f"ExtenderArgs.Nodes: {exc}") from exc
-            out.append(verdict(demand, snapshot(record, view, now, wall), policy))
+            out.append(verdict(demand, snapshot(record, view, now, wall), policy, view.book))
         return out
     state, live, cache = view.state, view.live, view.cache
     nodes, names = state.nodes, args.names
     max_age = policy.extender.metrics.max_age_seconds
     if cache is None:
         return [
-            None if (r := nodes.get(name)) is None else verdict(demand, snapshot(r, view, now, wall), policy)
+            None if (r := nodes.get(name)) is None else verdict(demand, snapshot(r, view, now, wall), policy, view.book)
             for name in names
         ]
-    key = (view.policy_version, demand.shape)
+    key = (view.policy_version, view.book.version, demand.shape)
     table = cache.table(key, state, live.serial, now)
     out = list(map(table.get, names))  # the usual case: every verdict cached, no Python-level loop
     for i in [i for i, found in enumerate(out) if found is None]:
@@ -166,7 +175,7 @@ def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict 
         known = nodes.get(name)
         if known is None:
             continue
-        out[i] = table[name] = verdict(demand, snapshot(known, view, now, wall), policy)
+        out[i] = table[name] = verdict(demand, snapshot(known, view, now, wall), policy, view.book)
         # One clock for expiry: the monotonic one (assumptions), with data age converted from wall time.
         until = min(state.valid_until(name), now + (live.fresh_until(name, wall, max_age) - wall))
         if until != float("inf"):
@@ -194,7 +203,8 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
 def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, int]]:
     """Score each candidate 0..10 and assume the pod on the best one (the first of equals)."""
     names = args.names
-    values = [0 if v is None else v.score for v in verdicts(demand, args, view)]
+    found = verdicts(demand, args, view)
+    values = priorities([None if v is None else v.score for v in found], view.policy)
     if values and demand.gpu_resource is not None:
         _assume(demand, names[values.index(max(values))], view, time.monotonic())
     return list(zip(names, values, strict=True))

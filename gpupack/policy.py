@@ -259,12 +259,17 @@ class ExtenderPolicy(_Model):
     """How the scheduler extender filters and scores nodes."""
 
     scoring: ScoringPolicy = "gpupack"
-    """spread: least allocated (the default scheduler); binpack: most allocated; gpupack: pack by live load."""
+    """spread: least allocated (the default scheduler); binpack: most allocated; gpupack: pack against fragmentation
+    and by live load (see `extender.score`)."""
     hot_threshold: float = Field(default=0.85, gt=0, le=1)
     """Latency-critical inference skips nodes whose every GPU is busier than this (0-1; the guide alerts at 85%)."""
     target_utilization: float = Field(default=0.6, gt=0, lt=1)
     """Live GPU utilization the `gpupack` score packs shared inference up to; the score falls beyond it."""
     weights: ScoreWeights = ScoreWeights()
+    keep_empty_nodes: bool = True
+    """`gpupack` puts GPU nodes with no GPU requested last (unless the pod fills one), so Cluster Autoscaler can
+    remove them. False for a fixed cluster, where an empty node saves nothing and packing by fragmentation alone
+    places more GPU work (the Alibaba trace protocol)."""
     assume_seconds: float = Field(default=30.0, gt=0, le=600)
     """How long a pod ranked first for a node counts against it before it shows up bound."""
     metrics: MetricsPolicy = MetricsPolicy()

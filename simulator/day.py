@@ -33,7 +33,9 @@ from demo.scheduler import final_scores, fits, preferred_affinity, selects, tole
 from extender.demand import demand_of
 from extender.inventory import NodeRecord, node_from_json
 from extender.live import LiveMetrics, NodeUtils
+from extender.score import priorities
 from extender.state import ClusterState
+from extender.typical import ShapeBook
 from extender.verbs import View, snapshot, verdict
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
@@ -70,6 +72,8 @@ class _Day:
         self.labels = {name: n["metadata"].get("labels") or {} for name, n in self.node_json.items()}
         self.context = MutationContext(self.policy, f"day-{scoring}", facts_from_lists(None, {"items": nodes}))
         self.state = ClusterState()
+        self.book = ShapeBook()
+        """The typical pod shapes, re-counted from the running pods as the extender does."""
         self.state.replace_nodes(self.records.values())
         self.rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, 2]))
         self.draws = ReplicaDraws(scenario)
@@ -179,12 +183,13 @@ class _Day:
                 demand.requests, record.allocatable, self.state.used(name)
             ):
                 continue
-            found = verdict(demand, snapshot(record, view, now, now), self.policy)
+            found = verdict(demand, snapshot(record, view, now, now), self.policy, view.book)
             if found.rejection is None:
                 passed[name] = found.score
         if len(passed) <= 1:  # kube-scheduler skips scoring with one feasible node
             return next(iter(passed), None)
-        totals = final_scores(passed, {n: preferred_affinity(sim.pod, self.labels[n]) for n in passed})
+        answered = dict(zip(passed, priorities(list(passed.values()), self.policy), strict=True))
+        totals = final_scores(answered, {n: preferred_affinity(sim.pod, self.labels[n]) for n in passed})
         best = max(totals.values())
         ties = [n for n, total in totals.items() if total == best]
         return ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
@@ -192,7 +197,9 @@ class _Day:
     def schedule(self, step: int) -> None:
         """Pending pods by priority then age, like the scheduling queue; a shape that failed waits for next step."""
         now = self.clock(step)
-        view = View(self.state, self.live(step), self.policy)
+        if self.policy.extender.scoring == "gpupack":
+            self.book.refresh(self.state)
+        view = View(self.state, self.live(step), self.policy, book=self.book)
         failed: set[tuple[object, ...]] = set()
         for sim in sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.seq)):
             shape = (sim.demand.shape, sim.constraints)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from extender.packing import Ask, packed_gpu
 from simulator.cluster import ClusterState, Placement
 from simulator.trace import MILLI, PodRecord
 
@@ -21,9 +22,7 @@ def exclusive_gpus(state: ClusterState, node: int, count: int) -> tuple[int, ...
 
 def best_fit_gpu(state: ClusterState, node: int, milli: int) -> int:
     """The GPU with the least free share that still fits `milli`, lowest index on ties."""
-    row = state.gpu_free[node]
-    slack = np.where(row >= milli, row, MILLI + 1)
-    return int(np.argmin(slack))
+    return int(packed_gpu(Ask(0, milli, 1), state.gpu_free[node : node + 1])[0])
 
 
 def random_fit_gpu(state: ClusterState, node: int, milli: int, rng: np.random.Generator) -> int:

@@ -1,14 +1,10 @@
-"""The registry of placement policies by name.
-
-`gpupack` is left to the extender: register the extender's own scoring function (the same code `/prioritize`
-runs) with `POLICIES["gpupack"] = lambda ctx: ScoredPolicy(scorer, ctx.tiebreak)`, where `scorer(pod, state,
-candidates)` returns an integer score per candidate node. Nothing here imports the extender.
-"""
+"""The registry of placement policies by name: the published baselines, FGD, and gpupack (the extender's order)."""
 
 from __future__ import annotations
 
 from simulator.baselines import bestfit_policy, binpack_policy, dotproduct_policy, random_policy, spread_policy
 from simulator.fgd import fgd_policy
+from simulator.gpupack import gpupack_autoscaled_policy, gpupack_policy
 from simulator.policy import PolicyFactory
 
 POLICIES: dict[str, PolicyFactory] = {
@@ -18,5 +14,7 @@ POLICIES: dict[str, PolicyFactory] = {
     "bestfit": bestfit_policy,
     "dotproduct": dotproduct_policy,
     "fgd": fgd_policy,
+    "gpupack": gpupack_policy,
+    "gpupack-autoscaled": gpupack_autoscaled_policy,
 }
 """Policy name -> factory building one policy instance per run (seed)."""

@@ -17,9 +17,9 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from extender.fragmentation import TypicalShapes
 from simulator.cluster import ClusterState, Placement
 from simulator.devices import packed_placement
-from simulator.fragmentation import TypicalShapes
 from simulator.trace import PodRecord
 
 Ints = NDArray[np.int64]

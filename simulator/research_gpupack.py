@@ -5,17 +5,14 @@ breaks the ties with a random node order. The candidates here keep FGD's score a
 ties lexicographically, `key = ((fgd_score * span_1 + key_1) * span_2 + key_2) ...`, then by the run's node order,
 with secondary keys chosen by the pod's kind (CPU-only, sharing, whole-GPU).
 
-The best candidate, `gpupack_lex` (`gpupack_lex_policy`):
-
-- CPU-only pod: FGD score, then `gpu_pack` (the node with the least free GPU share: CPU-only pods go where the GPUs
-  are already taken, instead of a random node whose CPU then strands its free GPUs);
-- GPU pod (sharing or whole): FGD score, then `used` (a node that already runs a pod before an empty one);
-- GPU choice inside the node: FGD's (the best-scoring GPU for a sharing pod, lowest-indexed free GPUs otherwise).
+The winner, `k34` below, became gpupack's node order (`extender.packing`, run on the trace by
+`simulator.gpupack`), with one change: there a sharing pod takes the fullest GPU that fits, like the device plugin's
+packed allocation, instead of FGD's best-scoring GPU (it did as well or better).
 
 No parameter depends on the trace. Other keys and variants explored (CPU balance, best fit on GPU for GPU pods,
 tighter GPU choice, score resolution, shapes weighted by GPU demand) are registered under their own names in
 `POLICIES_RESEARCH` for reproduction. Built on the `simulator.policy` seam and `simulator.fgd` /
-`simulator.fragmentation`, which stay unchanged.
+`extender.fragmentation`.
 """
 
 from __future__ import annotations
@@ -25,15 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from extender.fragmentation import TypicalShapes
+from extender.packing import FGD_RESOLUTION, Ask, cpu_per_gpu, sharing_decrease, whole_decrease
 from simulator.cluster import ClusterState, Placement
-from simulator.devices import exclusive_gpus
-from simulator.fgd import FgdPolicy
-from simulator.fragmentation import TypicalShapes
+from simulator.fgd import ShapeScoreCache, StateScorer, fgd_states, place_on
 from simulator.policy import Bools, Ints, Policy, PolicyContext, PolicyFactory
 from simulator.trace import MILLI, PodRecord
 
-FGD_RESOLUTION = 100
-"""FGD's integer score range: `int(100 * sigmoid(...))`."""
 NODE_MILLI = 8 * MILLI
 """Most milli-GPU one node has (8 GPUs)."""
 
@@ -81,13 +76,6 @@ GPU_USED = Key(gpu_used_key, 2)
 CPU_PACK = Key(cpu_pack_key, 256)
 
 
-def cpu_per_gpu(shapes: TypicalShapes) -> float:
-    """Milli-cores asked per milli-GPU asked over the typical GPU shapes, weighted by their counts."""
-    gpu = shapes.milli > 0
-    asked = int((shapes.count * shapes.milli * shapes.num)[gpu].sum())
-    return float((shapes.count * shapes.cpu)[gpu].sum()) / asked if asked else 1.0
-
-
 def cpu_balance_key(rho: float, buckets: int = 1000) -> Key:
     """Less GPU stranded by CPU after the placement: `buckets - 1 - min(stranded, buckets - 1)`.
 
@@ -124,13 +112,37 @@ def same_keys(keys: Sequence[Key]) -> KindKeys:
     return KindKeys(tuple(keys), tuple(keys), tuple(keys))
 
 
-class FgdLexPolicy(FgdPolicy):
-    """FGD's integer node score first, then the pod kind's secondary keys in order, then the run's node order.
+def _scaled(decrease: Ints, shapes: TypicalShapes, resolution: int) -> Ints:
+    """int64(resolution * sigmoid(decrease / 1000)), FGD's score at `resolution` (FGD: 100)."""
+    x = decrease / (float(shapes.total) * 1000.0)
+    result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(resolution)).astype(np.int64)
+    return result
 
-    Reuses `FgdPolicy`'s per-shape score cache. `tight_gpu`: a sharing pod's GPU ties (equal FGD score inside the
-    node) go to the GPU with the least free share instead of the lowest index. `resolution`: the integer range
-    of the sigmoid score (FGD: 100).
-    """
+
+def lex_states(tight_gpu: bool, resolution: int) -> StateScorer:
+    """FGD's state scorer, at another `resolution`, or with a sharing pod's GPU ties (equal FGD score inside the
+    node) going to the GPU with the least free share instead of the lowest index (`tight_gpu`)."""
+    if not tight_gpu and resolution == FGD_RESOLUTION:
+        return fgd_states
+
+    def scorer(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints]:
+        count = model.size
+        if not ask.sharing:
+            decrease = whole_decrease(shapes, ask, model, cpu, gpus)
+            return _scaled(decrease, shapes, resolution), np.full(count, -1, np.int64)
+        rows, cols, decrease = sharing_decrease(shapes, ask, model, cpu, gpus)
+        slack = gpus[rows, cols] - ask.gpu_milli if tight_gpu else np.full(rows.size, MILLI - 1)
+        grid = np.full(gpus.shape, -1, np.int64)
+        grid[rows, cols] = _scaled(decrease, shapes, resolution) * MILLI + (MILLI - 1 - slack)
+        choice: Ints = np.argmax(grid, axis=1).astype(np.int64)
+        best: Ints = grid[np.arange(count), choice]
+        return np.where(best >= 0, best // MILLI, -1), np.where(best >= 0, choice, -1)
+
+    return scorer
+
+
+class FgdLexPolicy:
+    """FGD's integer node score first, then the pod kind's secondary keys in order, then the run's node order."""
 
     def __init__(
         self,
@@ -140,46 +152,22 @@ class FgdLexPolicy(FgdPolicy):
         tight_gpu: bool = False,
         resolution: int = FGD_RESOLUTION,
     ) -> None:
-        super().__init__(shapes, tiebreak)
+        self.tiebreak = tiebreak
         self.keys = keys or KindKeys()
-        self.tight_gpu = tight_gpu
-        self.resolution = resolution
+        self.cache = ShapeScoreCache(shapes, lex_states(tight_gpu, resolution))
 
     def choose(self, pod: PodRecord, state: ClusterState, feasible: Bools) -> Placement | None:
         """The feasible node with the best (FGD score, secondary keys, node order), then the GPU(s) inside it."""
         candidates = np.flatnonzero(feasible)
         if candidates.size == 0:
             return None
-        entry = self._scores(pod, state)
-        key: Ints = entry.score[candidates]
+        score, gpu = self.cache.scores(pod, state)
+        key: Ints = score[candidates]
         for k in self.keys.of(pod):
             key = key * k.span + k.fn(pod, state, candidates)
         best = candidates[key == key.max()]
         node = int(best[np.argmax(self.tiebreak[best])])
-        if pod.num_gpu == 0:
-            return Placement(node)
-        if pod.is_sharing:
-            return Placement(node, (int(entry.gpu[node]),))
-        return Placement(node, exclusive_gpus(state, node, pod.num_gpu))
-
-    def _score(self, decrease: Ints) -> Ints:
-        """int64(resolution * sigmoid(decrease / 1000)), FGD's score at `resolution` (FGD: 100)."""
-        x = decrease / self.scale
-        result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(self.resolution)).astype(np.int64)
-        return result
-
-    def score_states(self, pod: PodRecord, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints]:
-        """FGD's scores; with `tight_gpu`, a sharing pod's GPU ties go to the GPU with the least free share."""
-        if not (self.tight_gpu and pod.is_sharing):
-            return super().score_states(pod, model, cpu, gpus)
-        count = model.size
-        rows, cols, decrease = self.sharing_decrease(pod, model, cpu, gpus)
-        slack = gpus[rows, cols] - pod.gpu_milli  # 0..999: the GPU's free share after the placement
-        grid = np.full(gpus.shape, -1, np.int64)
-        grid[rows, cols] = self._score(decrease) * MILLI + (MILLI - 1 - slack)
-        choice: Ints = np.argmax(grid, axis=1).astype(np.int64)
-        best: Ints = grid[np.arange(count), choice]
-        return np.where(best >= 0, best // MILLI, -1), np.where(best >= 0, choice, -1)
+        return place_on(pod, state, node, int(gpu[node]))
 
 
 def demand_weighted(shapes: TypicalShapes, mix: float = 1.0) -> TypicalShapes:

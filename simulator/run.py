@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from extender.fragmentation import TypicalShapes, typical_shapes
 from simulator.cluster import ClusterState
-from simulator.fragmentation import TypicalShapes, typical_shapes
 from simulator.metrics import FragmentationMeter, PointMetrics
 from simulator.policies import POLICIES
 from simulator.policy import PolicyContext, PolicyFactory
@@ -52,7 +52,7 @@ class Workload:
 def make_workload(name: str, nodes: Sequence[NodeRecord], pods: Sequence[PodRecord]) -> Workload:
     """A workload from records (typical shapes computed on the original pods, as the authors do)."""
     models = ClusterState(nodes).models
-    return Workload(name, tuple(nodes), tuple(pods), typical_shapes(pods, models))
+    return Workload(name, tuple(nodes), tuple(pods), typical_shapes((p.shape for p in pods), models))
 
 
 def load_workload(

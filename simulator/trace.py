@@ -59,6 +59,11 @@ class PodRecord:
         return self.num_gpu == 1 and self.gpu_milli < MILLI
 
     @property
+    def shape(self) -> tuple[int, int, int, tuple[str, ...]]:
+        """What FGD sees of the pod: (cpu_milli, gpu_milli, num_gpu, gpu_spec); memory plays no part in it."""
+        return (self.cpu_milli, self.gpu_milli, self.num_gpu, self.gpu_spec)
+
+    @property
     def gpu_request_milli(self) -> int:
         """Total GPU request in milli-GPU (what counts as arrived demand)."""
         return self.num_gpu * self.gpu_milli

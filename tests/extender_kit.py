@@ -13,6 +13,8 @@ from extender.inventory import NodeRecord, node_from_json
 from extender.service import load_lists
 from extender.snapshot import NodeSnapshot
 from extender.state import ClusterState
+from extender.typical import gpu_layout
+from gpupack import contract
 from gpupack.policy import Policy, parse_policy
 from gpupack.policy_store import PolicyStore
 from tests.conftest import RECORDED, loaded, recorded_text
@@ -104,9 +106,13 @@ def demand(pod: dict[str, Any], doc: str = "") -> PodDemand:
 def snap(
     node_json: dict[str, Any], used: dict[str, int] | None = None, utils: tuple[float, ...] = (), doc: str = ""
 ) -> NodeSnapshot:
-    """A node snapshot built by hand."""
+    """A node snapshot built by hand: `used` as pods of one device each (and one pod with the CPU and memory)."""
     record: NodeRecord = node_from_json(node_json, policy(doc))
-    return NodeSnapshot(record, used or {}, utils)
+    used = used or {}
+    pods = [((r, 1),) for r, n in used.items() if contract.is_gpu_resource(r) for _ in range(n)]
+    rest = tuple((r, n) for r, n in used.items() if not contract.is_gpu_resource(r))
+    pods += [rest] if rest else []
+    return NodeSnapshot(record, used, utils, tuple(gpu_layout(record, pods)), len(pods))
 
 
 def registry() -> CollectorRegistry:

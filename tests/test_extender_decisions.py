@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from extender.filter import reject
-from extender.score import score, target_load
+from extender.fragmentation import typical_shapes
+from extender.score import priorities, score, target_load
+from extender.typical import GPU_MODELS, ShapeBook
 from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, demand, gpu_pod, node, policy, snap
 
 MIG_1G = "nvidia.com/mig-1g.5gb"
@@ -139,8 +141,19 @@ def test_target_load_rises_to_the_target_then_falls(util: float, expected: float
     assert target_load(util, 0.6) == pytest.approx(expected)
 
 
+# The typical pods of a cluster: one-GPU inference with 4 cores, 2-GPU training with 16, a quarter-GPU replica with 2.
+BOOK = ShapeBook(
+    typical_shapes([(4000, 1000, 1, ())] * 5 + [(16000, 1000, 2, ())] * 3 + [(2000, 250, 1, ())] * 2, GPU_MODELS)
+)
+
+
 def gpupack_score(pod: dict, node_json: dict, used: dict | None = None, utils: tuple = (), doc: str = "") -> int:
-    return score(demand(pod, doc), snap(node_json, used, utils, doc), policy(doc))
+    return score(demand(pod, doc), snap(node_json, used, utils, doc), policy(doc), BOOK)
+
+
+def ranked(values: list[int], doc: str = "") -> list[int]:
+    """What `/prioritize` answers for these node scores."""
+    return priorities(values, policy(doc))
 
 
 A100 = node(gpus=A100_BALANCED_GPUS, labels=A100_BALANCED)
@@ -176,20 +189,52 @@ def test_target_utilization_is_a_policy_setting() -> None:
     )
 
 
-def test_training_goes_where_it_fits_most_tightly() -> None:
-    h100 = node(gpus={GPU: 8}, labels=H100)
-    tight = gpupack_score(gpu_pod(GPU, 2, "training"), h100, {GPU: 6})
-    loose = gpupack_score(gpu_pod(GPU, 2, "training"), h100, {GPU: 2})
-    empty = gpupack_score(gpu_pod(GPU, 2, "training"), h100)
-    whole_node = gpupack_score(gpu_pod(GPU, 8, "training"), h100)
-    assert tight == 10 and whole_node == 10
-    assert tight > loose > empty == 0
+def test_training_leaves_whole_gpus_that_the_typical_pods_can_use() -> None:
+    # Typical pods take 1 or 2 whole GPUs. After a 2-GPU job, 8 GPUs with 4 taken leave 2 free (usable by
+    # both), with 6 taken leave none to fragment: equal. With 5 taken it leaves 1 that the 2-GPU jobs cannot use.
+    h100 = node(gpus={GPU: 8}, labels=H100, cpu="128")
+    leaves_two = gpupack_score(gpu_pod(GPU, 2, "training"), h100, {GPU: 4})
+    leaves_one = gpupack_score(gpu_pod(GPU, 2, "training"), h100, {GPU: 5})
+    takes_last_two = gpupack_score(gpu_pod(GPU, 2, "training"), h100, {GPU: 6})
+    assert takes_last_two == leaves_two > leaves_one
 
 
-def test_cpu_only_pods_are_kept_off_gpu_nodes() -> None:
+def test_one_gpu_pods_go_where_the_cpu_left_still_feeds_the_free_gpus() -> None:
+    # 4 cores per GPU is the typical ratio: 12 cores leave 8 after the pod, which feed 2 of the 2 GPUs left
+    # on a node with 6 taken but only 1 of the 7 GPUs left on a node with 1 taken.
+    pod = gpu_pod(GPU, 1, "inference")
+    small = node(gpus={GPU: 8}, labels=H100, cpu="12")
+    assert gpupack_score(pod, small, {GPU: 6}) > gpupack_score(pod, small, {GPU: 1})
+
+
+def test_cpu_only_pods_are_kept_off_free_gpus() -> None:
     cpu_pod = gpu_pod("cpu", 1, None)
-    assert gpupack_score(cpu_pod, node(gpus={})) == 10
-    assert gpupack_score(cpu_pod, node(gpus={GPU: 8}, labels=H100)) == 0
+    cpu_node = gpupack_score(cpu_pod, node(gpus={}))
+    full_gpus = gpupack_score(cpu_pod, node(gpus={GPU: 8}, labels=H100), {GPU: 8})
+    free_gpus = gpupack_score(cpu_pod, node(gpus={GPU: 8}, labels=H100))
+    assert ranked([cpu_node, full_gpus, free_gpus]) == [10, 10, 9]  # no free GPU to strand on the first two
+
+
+def test_shared_replicas_fill_a_started_gpu_before_an_intact_node() -> None:
+    assert gpupack_score(gpu_pod(SHARED), T4, {SHARED: 1}) > gpupack_score(gpu_pod(SHARED), T4)
+
+
+def test_empty_gpu_nodes_come_last_unless_the_pod_fills_them_or_the_cluster_is_fixed() -> None:
+    h100 = node(gpus={GPU: 8}, labels=H100, cpu="128")
+    four_gpus = node(gpus={GPU: 4}, labels={**H100, "nvidia.com/gpu.count": "4"}, cpu="128")
+    one, four = gpu_pod(GPU, 1, "training"), gpu_pod(GPU, 4, "training")
+    assert gpupack_score(one, h100, {GPU: 3}) > gpupack_score(one, h100)  # autoscaled (default): keep it empty
+    assert gpupack_score(four, four_gpus) > gpupack_score(four, h100)  # filling an empty node leaves nothing idle
+    fixed = "extender: {keepEmptyNodes: false}"
+    # On a fixed cluster the empty node is the better fit here: 7 free GPUs with 124 cores left strand nothing,
+    # while 4 free GPUs beside the 3 taken keep the same CPU per GPU; FGD ties them and CPU balance decides.
+    assert gpupack_score(one, h100, {GPU: 3}, (), fixed) <= gpupack_score(one, h100, {}, (), fixed)
+
+
+def test_gpupack_answers_ranks_and_the_others_their_scores() -> None:
+    assert ranked([7_000_123, None, 7_000_123, 5_000_000, 12]) == [10, 0, 10, 9, 8]
+    assert ranked(list(range(20, 0, -1)))[-1] == 1  # never below 1 for a known node
+    assert ranked([3, None, 7], "extender: {scoring: spread}") == [3, 0, 7]
 
 
 def test_spread_prefers_the_emptiest_node_and_binpack_the_fullest() -> None:
@@ -201,9 +246,13 @@ def test_spread_prefers_the_emptiest_node_and_binpack_the_fullest() -> None:
         assert (empty > used) is emptier_wins, mode
 
 
-def test_scores_stay_within_0_and_10() -> None:
+def test_answers_stay_within_0_and_10() -> None:
     for mode in ("gpupack", "spread", "binpack"):
         doc = f"extender: {{scoring: {mode}}}"
-        for used in ({}, {MIG_1G: 16, MIG_2G: 8, "cpu": 10**9, "memory": 10**15}):
-            for utils in ((), (1.0,) * 8, (0.0,) * 8):
-                assert 0 <= gpupack_score(gpu_pod(MIG_1G), A100, used, utils, doc) <= 10
+        for pod, node_json in ((gpu_pod(MIG_1G), A100), (gpu_pod(SHARED), T4), (gpu_pod(GPU, 2), node(gpus={GPU: 8}))):
+            values = [
+                gpupack_score(pod, node_json, used, utils, doc)
+                for used in ({}, {MIG_1G: 16, MIG_2G: 8, SHARED: 3, GPU: 6, "cpu": 10**9, "memory": 10**15})
+                for utils in ((), (1.0,) * 8, (0.0,) * 8)
+            ]
+            assert all(0 <= v <= 10 for v in ranked(values, doc))

@@ -53,10 +53,10 @@ async def test_second_pod_packs_onto_the_node_assumed_for_the_first(aiohttp_clie
     first = await (
         await client.post("/prioritize", json=recorded_args("001-prioritize-llm-infer-7b-abc12.json"))
     ).json()
-    assert [e["Score"] for e in first] == [0, 0]  # both empty: neither is worth opening
+    assert [e["Score"] for e in first] == [10, 10]  # both empty: equal
     second = await (await client.post("/prioritize", json=recorded_args("006-prioritize-notebook-gpu.json"))).json()
     scores = {e["Host"]: e["Score"] for e in second}
-    assert scores["a100-od-1"] > scores["a100-od-2"] == 0
+    assert scores["a100-od-1"] > scores["a100-od-2"]
     state = await (await client.get("/state")).json()
     assert state["assumed"] == 2
     assert state["nodes"]["a100-od-1"]["free"]["nvidia.com/mig-2g.10gb"] == 7

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from extender.fragmentation import TypicalShapes, typical_shapes
 from simulator.cluster import ClusterState, Placement
-from simulator.fragmentation import TypicalShapes, typical_shapes
 from simulator.trace import MILLI, NodeRecord, PodRecord
 
 
@@ -34,7 +34,7 @@ def set_gpus(state: ClusterState, node: int, free: Sequence[int]) -> None:
 
 
 def shapes_for(pods: Sequence[PodRecord], state: ClusterState, coverage: float = 1.0) -> TypicalShapes:
-    return typical_shapes(pods, state.models, coverage)
+    return typical_shapes((p.shape for p in pods), state.models, coverage)
 
 
 def tiebreak(*values: int) -> np.ndarray:  # type: ignore[type-arg]

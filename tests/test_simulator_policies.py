@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from extender.fragmentation import fragmentation, typical_shapes
 from simulator.cluster import ClusterState
 from simulator.fgd import FgdPolicy
-from simulator.fragmentation import fragmentation, typical_shapes
 from simulator.policies import POLICIES
 from simulator.policy import PolicyContext, ScoredPolicy
 from simulator.protocol import build_arrivals
@@ -76,16 +76,22 @@ def test_typical_shapes_keep_the_most_frequent_until_the_coverage_with_the_autho
         + [make_pod("w", cpu=4000, gpus=1)]
     )
     models = ("T4",)
-    assert len(typical_shapes(pods, models, 0.95).keys) == 4
-    assert typical_shapes(pods, models, 0.8).keys == ((1000, 200, 1, ()), (2000, 0, 0, ()))
-    assert typical_shapes(pods, models, 0.85).keys[-1] == (4000, 1000, 1, ())  # tie on count: larger CPU first
+    shapes = [p.shape for p in pods]
+    assert len(typical_shapes(shapes, models, 0.95).keys) == 4
+    assert typical_shapes(shapes, models, 0.8).keys == ((1000, 200, 1, ()), (2000, 0, 0, ()))
+    assert typical_shapes(shapes, models, 0.85).keys[-1] == (
+        4000,
+        1000,
+        1,
+        (),
+    )  # tie on count: larger CPU first
 
 
 def test_default_trace_has_the_papers_35_typical_shapes() -> None:
     if not TRACE.is_dir():
         pytest.skip("shared trace not available")
     pods = read_pods(TRACE / "openb_pod_list_default.csv")
-    shapes = typical_shapes(pods, ("G2", "T4"))
+    shapes = typical_shapes((p.shape for p in pods), ("G2", "T4"))
     assert len(shapes.keys) == 35 and shapes.total == 7766
 
 
@@ -155,7 +161,7 @@ def test_fgd_cached_scores_equal_fresh_ones_after_many_placements() -> None:
         pytest.skip("shared trace not available")
     state = ClusterState(read_nodes(TRACE / "openb_node_list_gpu_node.csv"))
     pods = read_pods(TRACE / "openb_pod_list_gpuspec25.csv")
-    shapes = typical_shapes(pods, state.models)
+    shapes = typical_shapes((p.shape for p in pods), state.models)
     order = np.random.default_rng(1).permutation(state.size).astype(np.int64)
     policy = FgdPolicy(shapes, order)
     arrivals = build_arrivals(pods, state.total_gpus * MILLI, np.random.default_rng(1))

@@ -1,5 +1,7 @@
 """GPU fragmentation as FGD measures it: the free GPU share that typical tasks cannot use, in exact integers.
 
+Shared by the extender (`extender.packing` scores nodes with it) and the simulator (FGD and its metrics).
+
 The authors' definition (`NodeGpuShareFragAmount` in hkust-adsl/kubernetes-scheduler-simulator): for each typical
 task shape t of weight w_t, a node's free milli-GPU counts as fragment unless t fits the node's GPUs and CPU
 ("Q3"); when it fits, only the GPUs too small for t's per-GPU share count. CPU-only shapes and shapes whose
@@ -13,14 +15,12 @@ floats would break the many exact ties between nodes by rounding noise (SOURCE.m
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
-
-from simulator.trace import PodRecord
 
 Ints = NDArray[np.int64]
 Bools = NDArray[np.bool_]
@@ -30,11 +30,6 @@ DEFAULT_COVERAGE = 0.95
 
 ShapeKey = tuple[int, int, int, tuple[str, ...]]
 """(cpu_milli, gpu_milli, num_gpu, gpu_spec): what FGD sees of a pod (memory plays no part in it)."""
-
-
-def shape_of(pod: PodRecord) -> ShapeKey:
-    """The FGD shape of a pod."""
-    return (pod.cpu_milli, pod.gpu_milli, pod.num_gpu, pod.gpu_spec)
 
 
 @dataclass(frozen=True)
@@ -81,18 +76,18 @@ class _GpuShapes:
 
 
 def typical_shapes(
-    pods: Sequence[PodRecord], models: Sequence[str], coverage: float = DEFAULT_COVERAGE
+    pods: Iterable[ShapeKey], models: Sequence[str], coverage: float = DEFAULT_COVERAGE
 ) -> TypicalShapes:
-    """The most frequent shapes of `pods`, CPU-only pods included, kept until they cover `coverage` of the pods.
+    """The most frequent of the pods' shapes, CPU-only pods included, kept until they cover `coverage` of the pods.
 
     Ties in frequency are ordered like the authors' sort (descending cpu, gpu_milli, num_gpu, spec), which decides
     which shapes make the cut. `models` orders the access matrix's columns (the cluster's model ids).
     """
-    counts = Counter(shape_of(p) for p in pods)
+    counts = Counter(pods)
     ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][0], kv[0][1], kv[0][2], "|".join(kv[0][3])))
     ordered.reverse()
     kept: list[tuple[ShapeKey, int]] = []
-    cumulative, expected = 0, coverage * len(pods)
+    cumulative, expected = 0, coverage * sum(counts.values())
     for key, n in ordered:
         if cumulative >= expected:
             break

@@ -1,0 +1,199 @@
+"""How gpupack orders nodes for whole-GPU, time-sliced and CPU-only pods: FGD's score, then its ties broken on purpose.
+
+The node score of fragmentation gradient descent (FGD, Weng et al., ATC '23) is `int(100 * sigmoid(dF / 1000))`,
+dF the drop in the node's fragmentation (`extender.fragmentation`, milli-GPU) when the pod lands there. The
+integer score makes many nodes tie (every node the pod leaves unchanged scores 50) and the reference breaks the
+ties at random. gpupack keeps FGD's score first and breaks its ties with one key chosen by the pod's kind, found
+on the Alibaba trace (simulator/research_gpupack.py records what else was tried and what it lost):
+
+- CPU-only pod: the node with the least free GPU share left (the CPU goes where the GPUs are already taken,
+  instead of stranding the free GPUs of a random node);
+- GPU-sharing pod: a node already running a pod before an empty one (empty nodes stay whole for whole-GPU pods,
+  and removable by the autoscaler);
+- one-GPU pod: the node whose CPU left afterwards strands the least free GPU share, at the CPU-per-GPU ratio of
+  the typical pods (`cpu_per_gpu`): a node that runs out of CPU before GPU wastes its GPUs;
+- multi-GPU pod: no extra key (FGD alone was best for them).
+
+In an autoscaled cluster (`extender.keepEmptyNodes`, the default) one key comes before all of these: a GPU node
+with nothing requested on it goes last unless the pod fills it, so it stays empty and Cluster Autoscaler removes
+it. On a fixed cluster that key only costs packing (0.4-0.5 point of allocation on the trace), so it can be
+turned off; the trace comparison runs without it.
+
+Inside a node a sharing pod takes the fullest GPU that fits, as the NVIDIA device plugin's packed allocation
+does (`SHARED_DEVICES_ALLOCATION_POLICY=packed`), and the node is scored for that GPU; whole-GPU pods take
+the lowest-indexed free GPUs (any free GPUs leave the same fragmentation).
+
+Everything is a pure function of numpy arrays over K node states (one row per node), so the simulator scores
+all of a cluster's nodes at once and the extender scores the candidates of one request with the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from extender.fragmentation import TypicalShapes, fragmentation
+
+Ints = NDArray[np.int64]
+Bools = NDArray[np.bool_]
+
+MILLI = 1000
+"""Milli-GPU in one GPU."""
+FGD_RESOLUTION = 100
+"""FGD's integer score range: `int(100 * sigmoid(...))`."""
+STRANDED_SPAN = 1000
+"""Distinct values of the one-GPU pods' stranded-GPU key (stranded milli-GPU, capped)."""
+MAX_NODE_GPUS = 16
+TIE_SPAN = MAX_NODE_GPUS * MILLI + 1
+"""Distinct values a tie key takes (the least-free-GPU key counts free milli-GPU up to 16 GPUs)."""
+MIN_CPU_PER_GPU = 1e-6
+NO_FIT = -1
+"""The score of a node state the pod does not fit (a sharing pod with no GPU that has room)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a pod asks of one node, as FGD sees it: CPU, its share of each GPU, and how many GPUs."""
+
+    cpu_milli: int
+    gpu_milli: int
+    """Milli-GPU per GPU: 1000 for whole GPUs, less for a share of one GPU, 0 for a CPU-only pod."""
+    num_gpu: int
+
+    @property
+    def sharing(self) -> bool:
+        """A share of one GPU that other pods may share."""
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def gpu_request_milli(self) -> int:
+        """Total milli-GPU asked."""
+        return self.num_gpu * self.gpu_milli
+
+
+def fgd_score(decrease: Ints, shapes: TypicalShapes) -> Ints:
+    """`int64(100 * sigmoid(dF / 1000))`, with `decrease` = C * dF in exact integers (C: the shapes' total count)."""
+    x = decrease / (float(shapes.total) * 1000.0 if shapes.total else 1.0)
+    result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(FGD_RESOLUTION)).astype(np.int64)
+    return result
+
+
+def sharing_decrease(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints, Ints]:
+    """For a sharing pod: every (node row, GPU column) with room for it, and C * the fragmentation drop of
+    placing it there. The states before and after go through one `fragmentation()` call (it is overhead-bound)."""
+    count = model.size
+    rows, cols = np.nonzero(gpus >= ask.gpu_milli)
+    candidates = gpus[rows]
+    candidates[np.arange(rows.size), cols] -= ask.gpu_milli
+    frag = fragmentation(
+        shapes,
+        np.concatenate([model, model[rows]]),
+        np.concatenate([cpu, (cpu - ask.cpu_milli)[rows]]),
+        np.concatenate([gpus, candidates]),
+    )
+    decrease: Ints = frag[:count][rows] - frag[count:]
+    return rows, cols, decrease
+
+
+def whole_decrease(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> Ints:
+    """For a whole-GPU or CPU-only pod: C * the fragmentation drop of placing it on each node state, taking the
+    lowest-indexed fully free GPUs."""
+    count = model.size
+    after = gpus
+    if ask.num_gpu:
+        whole = gpus == MILLI
+        taken = whole & (np.cumsum(whole, axis=1) <= ask.num_gpu)
+        after = np.where(taken, 0, gpus)
+    frag = fragmentation(
+        shapes,
+        np.concatenate([model, model]),
+        np.concatenate([cpu, cpu - ask.cpu_milli]),
+        np.concatenate([gpus, after]),
+    )
+    result: Ints = frag[:count] - frag[count:]
+    return result
+
+
+def packed_gpu(ask: Ask, gpus: Ints) -> Ints:
+    """Per node state, the GPU a sharing pod takes: the fullest that still fits, lowest index first; -1 if none."""
+    fits = gpus >= ask.gpu_milli
+    column: Ints = np.argmin(np.where(fits, gpus, MILLI + 1), axis=1).astype(np.int64)
+    result: Ints = np.where(fits.any(axis=1), column, -1)
+    return result
+
+
+def packed_scores(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints]:
+    """gpupack's FGD score of each node state (rows) and the GPU a sharing pod takes there (else -1).
+
+    A sharing pod is scored for the GPU the device plugin will give it (`packed_gpu`); a state where it finds
+    no GPU scores `NO_FIT`.
+    """
+    count = model.size
+    if not ask.sharing:
+        return fgd_score(whole_decrease(shapes, ask, model, cpu, gpus), shapes), np.full(count, -1, np.int64)
+    column = packed_gpu(ask, gpus)
+    rows = np.flatnonzero(column >= 0)
+    after = gpus[rows]
+    after[np.arange(rows.size), column[rows]] -= ask.gpu_milli
+    frag = fragmentation(
+        shapes,
+        np.concatenate([model, model[rows]]),
+        np.concatenate([cpu, (cpu - ask.cpu_milli)[rows]]),
+        np.concatenate([gpus, after]),
+    )
+    score = np.full(count, NO_FIT, np.int64)
+    score[rows] = fgd_score(frag[:count][rows] - frag[count:], shapes)
+    return score, column
+
+
+def cpu_per_gpu(shapes: TypicalShapes) -> float:
+    """Milli-cores asked per milli-GPU asked over the typical GPU shapes, weighted by their counts (1.0 if none).
+
+    Never below `MIN_CPU_PER_GPU`: GPU pods that ask for no CPU strand nothing, and the key divides by it.
+    """
+    gpu = shapes.milli > 0
+    asked = int((shapes.count * shapes.milli * shapes.num)[gpu].sum())
+    ratio = float((shapes.count * shapes.cpu)[gpu].sum()) / asked if asked else 1.0
+    return max(ratio, MIN_CPU_PER_GPU)
+
+
+def tie_key(ask: Ask, gpu_left: Ints, cpu_free: Ints, pod_count: Ints, rho: float) -> Ints:
+    """The pod kind's tie-breaking key on each node (0..TIE_SPAN-1, higher is better); see the module docstring.
+
+    `gpu_left`: the node's free milli-GPU; `cpu_free`: its free milli-cores; `pod_count`: pods on it; `rho`:
+    `cpu_per_gpu` of the typical shapes.
+    """
+    if ask.num_gpu == 0:
+        free = np.clip(gpu_left, 0, TIE_SPAN - 1)
+        result: Ints = (TIE_SPAN - 1 - free).astype(np.int64)
+        return result
+    if ask.sharing:
+        return (pod_count > 0).astype(np.int64)
+    if ask.num_gpu == 1:
+        gpu_after = gpu_left - ask.gpu_request_milli
+        cpu_after = cpu_free - ask.cpu_milli
+        stranded = np.maximum(gpu_after - cpu_after / rho, 0.0)
+        return (STRANDED_SPAN - 1 - np.minimum(stranded, STRANDED_SPAN - 1)).astype(np.int64)
+    return np.zeros(gpu_left.size, np.int64)
+
+
+def stays_open(ask: Ask, gpu_requested: Bools, gpu_count: Ints) -> Bools:
+    """Nodes an autoscaled cluster should place the pod on before any empty GPU node: a node with some GPU share
+    requested, a node without GPUs, or an empty node the pod fills (every GPU of it)."""
+    fills = ask.num_gpu > 0 and not ask.sharing
+    result: Bools = gpu_requested | (gpu_count == 0) | (fills & (gpu_count == ask.num_gpu))
+    return result
+
+
+def order_key(score: Ints, tie: Ints, open_first: Bools | None = None) -> Ints:
+    """The lexicographic node order: FGD score first, the tie key second (`NO_FIT` stays below every fit).
+
+    With `open_first` (`stays_open`, when the policy keeps empty nodes empty) those nodes come before the others.
+    """
+    key = score * TIE_SPAN + tie
+    if open_first is not None:
+        key = key + open_first * ((FGD_RESOLUTION + 1) * TIE_SPAN)
+    result: Ints = np.where(score >= 0, key, NO_FIT)
+    return result

@@ -1,0 +1,108 @@
+"""What `extender.packing` needs from the cluster: each pod's ask in milli-GPU, each node's GPUs, the typical shapes.
+
+- A pod's ask on a node: whole GPUs (`nvidia.com/gpu`) are 1000 milli-GPU each; a time-sliced replica is
+  1000 / replicas of one GPU on that node; MIG instances are not modelled here (their geometry is scored by
+  `extender.score`), so a MIG pod has no ask.
+- A node's GPUs: the free milli-GPU of each physical GPU, rebuilt by replaying the node's pods in the order the
+  extender saw them with the device plugin's packed allocation (a replica goes to the fullest GPU that still
+  fits, whole GPUs to the lowest-indexed free ones). MIG-partitioned GPUs hold nothing a whole or time-sliced
+  pod can take.
+- The typical shapes: FGD's most frequent pod shapes, counted over the pods the watch cache holds. They are
+  re-counted when enough pods changed (a twentieth of them, at least `REFRESH_PODS`), not on every event: a
+  count over 150,000 pods takes tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
+from extender.inventory import CPU, NodeRecord
+from extender.packing import MILLI, Ask, cpu_per_gpu, packed_gpu
+from extender.state import ClusterState, Requests
+from gpupack import contract
+
+REFRESH_PODS = 16
+GPU_MODELS = ("gpu",)
+"""The shapes' model columns: gpupack's pods choose GPU models by node selectors, so every shape accepts any GPU."""
+
+
+def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | None:
+    """The pod's ask on `node` (None for a MIG pod, or a GPU resource the node does not share out)."""
+    asked = dict(requests)
+    cpu = asked.get(CPU, 0)
+    gpus = [(r, n) for r, n in asked.items() if contract.is_gpu_resource(r) and n > 0]
+    if not gpus:
+        return Ask(cpu, 0, 0)
+    resource, count = gpus[0]
+    if resource == contract.RESOURCE_GPU:
+        return Ask(cpu, MILLI, count)
+    share = node.shares.get(resource)
+    if resource.startswith(contract.RESOURCE_MIG_PREFIX) or share is None:
+        return None
+    return Ask(cpu, min(round(MILLI * share * count), MILLI), 1)
+
+
+def gpu_layout(node: NodeRecord, pods: Iterable[Requests]) -> list[int]:
+    """Free milli-GPU of each of the node's physical GPUs after its pods, placed as the device plugin packs them."""
+    mig = sum(n for r, n in node.allocatable.items() if r.startswith(contract.RESOURCE_MIG_PREFIX))
+    free = [MILLI] * node.gpu_count
+    if mig:
+        per_gpu = {r: node.shares[r] for r in node.allocatable if r.startswith(contract.RESOURCE_MIG_PREFIX)}
+        split = min(round(sum(node.allocatable[r] * s for r, s in per_gpu.items())), node.gpu_count)
+        free[node.gpu_count - split :] = [0] * split
+    for requests in pods:
+        ask = ask_of(requests, node)
+        if ask is None or ask.num_gpu == 0:
+            continue
+        if ask.sharing:
+            gpu = int(packed_gpu(ask, np.array([free], dtype=np.int64))[0])
+            if gpu >= 0:
+                free[gpu] -= ask.gpu_milli
+            continue
+        for i in [i for i, f in enumerate(free) if f == MILLI][: ask.num_gpu]:
+            free[i] = 0
+    return free
+
+
+class ShapeBook:
+    """The cluster's typical pod shapes and their CPU-per-GPU ratio, re-counted from the watch cache now and then."""
+
+    def __init__(self, shapes: TypicalShapes | None = None, models: Sequence[str] = GPU_MODELS) -> None:
+        """`shapes` and `models` (the columns of its access matrix, by node product) are given only when the shapes
+        come from elsewhere (the trace comparison); by default they are counted from the cluster."""
+        self.models = {m: i for i, m in enumerate(models)}
+        self.shapes = shapes if shapes is not None else typical_shapes((), GPU_MODELS)
+        self.rho = cpu_per_gpu(self.shapes)
+        self.version = 0
+        """Bumped on every re-count: cached decisions made with older shapes are void."""
+        self.fixed = shapes is not None
+        """Given shapes (tests, the trace comparison) are never re-counted."""
+        self._counted_at: int | None = None
+
+    def model_id(self, product: str) -> int:
+        """The access-matrix column of a node's GPU product (the first column when the shapes do not name it)."""
+        return self.models.get(product, 0)
+
+    def refresh(self, state: ClusterState) -> None:
+        """Re-count when enough pods changed since the last count (or never counted)."""
+        if self.fixed:
+            return
+        due = max(REFRESH_PODS, len(state.pods) // 20)
+        if self._counted_at is not None and state.pod_changes - self._counted_at < due:
+            return
+        self._counted_at = state.pod_changes
+        self.shapes = typical_shapes(_shapes_of(state), GPU_MODELS)
+        self.rho = cpu_per_gpu(self.shapes)
+        self.version += 1
+
+
+def _shapes_of(state: ClusterState) -> Iterable[ShapeKey]:
+    nodes = state.nodes
+    for pod in state.pods.values():
+        node = nodes.get(pod.node)
+        ask = None if node is None else ask_of(pod.requests, node)
+        if ask is not None:
+            yield (ask.cpu_milli, ask.gpu_milli, ask.num_gpu, ())
