@@ -124,6 +124,16 @@ def packed_gpu(ask: Ask, gpus: Ints) -> Ints:
     return result
 
 
+def fullest_fit(free: list[int], milli: int) -> int:
+    """`packed_gpu` for one node as plain Python (the extender replays a node's pods one at a time): the index of
+    the fullest GPU with at least `milli` free, lowest index first, or -1."""
+    best, best_free = -1, MILLI + 1
+    for index, left in enumerate(free):
+        if milli <= left < best_free:
+            best, best_free = index, left
+    return best
+
+
 def packed_scores(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints]:
     """gpupack's FGD score of each node state (rows) and the GPU a sharing pod takes there (else -1).
 

@@ -32,13 +32,15 @@ import numpy as np
 
 from extender.demand import PodDemand
 from extender.inventory import CPU, MEMORY
-from extender.packing import order_key, packed_scores, stays_open, tie_key
+from extender.packing import Ask, order_key, packed_scores, stays_open, tie_key
 from extender.snapshot import NodeSnapshot
 from extender.typical import ShapeBook, ask_of
 from gpupack import contract
 from gpupack.policy import Policy
 
 MAX_SCORE = 10
+ABSENT = -1
+"""Free milli-GPU of a GPU slot a node does not have (rows of different widths scored together)."""
 NEUTRAL_LOAD = 0.5
 
 
@@ -113,37 +115,58 @@ def live_load(snap: NodeSnapshot, policy: Policy) -> float:
     return max((target_load(u, target) for u in snap.utils), default=NEUTRAL_LOAD)
 
 
-def gpupack_order(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBook) -> int:
-    """The project's node order, higher first (see the module docstring)."""
+def gpupack_orders(demand: PodDemand, snaps: Sequence[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[int]:
+    """The project's node order for each snapshot, higher first (see the module docstring).
+
+    Nodes where the pod asks the same (a time-sliced replica is a different share on nodes with different
+    replicas) are scored in one vectorized `extender.packing` call: a request names hundreds of nodes.
+    """
     resource = demand.gpu_resource
     if resource is not None and resource.startswith(contract.RESOURCE_MIG_PREFIX):
-        return mig_score(demand, snap, policy)
-    ask = ask_of(demand.requests, snap.node)
-    if ask is None:
-        return 0
-    free = snap.gpu_free
-    gpus = np.array([free], dtype=np.int64).reshape(1, len(free))
-    cpu = np.array([snap.free(CPU)], dtype=np.int64)
-    model = np.array([book.model_id(snap.node.product)], dtype=np.int64)
-    score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
-    tie = tie_key(ask, np.array([sum(free)], np.int64), cpu, np.array([snap.pods], np.int64), book.rho)
-    open_first = None
-    if policy.extender.keep_empty_nodes:
-        open_first = stays_open(ask, np.array([not snap.empty]), np.array([snap.node.gpu_count], np.int64))
-    order = int(order_key(score, tie, open_first)[0])
-    if ask.sharing and order >= 0:
-        order = order * (MAX_SCORE + 1) + round(MAX_SCORE * live_load(snap, policy))
-    return order
+        return [mig_score(demand, snap, policy) for snap in snaps]
+    out = [0] * len(snaps)
+    groups: dict[Ask, list[int]] = {}
+    for i, snap in enumerate(snaps):
+        ask = ask_of(demand.requests, snap.node)
+        if ask is not None:
+            groups.setdefault(ask, []).append(i)
+    for ask, rows in groups.items():
+        group = [snaps[i] for i in rows]
+        width = max(len(snap.gpu_free) for snap in group)
+        gpus = np.full((len(group), width), ABSENT, dtype=np.int64)
+        for row, snap in enumerate(group):
+            gpus[row, : len(snap.gpu_free)] = snap.gpu_free
+        cpu = np.array([snap.free(CPU) for snap in group], dtype=np.int64)
+        model = np.array([book.model_id(snap.node.product) for snap in group], dtype=np.int64)
+        score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
+        pods = np.array([snap.pods for snap in group], dtype=np.int64)
+        tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, pods, book.rho)
+        open_first = None
+        if policy.extender.keep_empty_nodes:
+            requested = np.array([not snap.empty for snap in group], dtype=np.bool_)
+            counts = np.array([snap.node.gpu_count for snap in group], dtype=np.int64)
+            open_first = stays_open(ask, requested, counts)
+        for i, snap, order in zip(rows, group, order_key(score, tie, open_first).tolist(), strict=True):
+            if ask.sharing and order >= 0:  # among equals, the GPU load nearest the target
+                order = order * (MAX_SCORE + 1) + round(MAX_SCORE * live_load(snap, policy))
+            out[i] = order
+    return out
+
+
+def scores(demand: PodDemand, snaps: Sequence[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[int]:
+    """The score of the policy's scoring mode on each node: 0..10 for `spread` and `binpack`, an order for
+    `gpupack`."""
+    mode = policy.extender.scoring
+    if mode == "spread":
+        return [spread(demand, snap) for snap in snaps]
+    if mode == "binpack":
+        return [binpack(demand, snap) for snap in snaps]
+    return gpupack_orders(demand, snaps, policy, book)
 
 
 def score(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBook) -> int:
-    """The score of the policy's scoring mode: 0..10 for `spread` and `binpack`, an order for `gpupack`."""
-    mode = policy.extender.scoring
-    if mode == "spread":
-        return spread(demand, snap)
-    if mode == "binpack":
-        return binpack(demand, snap)
-    return gpupack_order(demand, snap, policy, book)
+    """`scores` of one node."""
+    return scores(demand, [snap], policy, book)[0]
 
 
 def priorities(scores: Sequence[int | None], policy: Policy) -> list[int]:

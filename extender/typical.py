@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
-
 from extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
 from extender.inventory import CPU, NodeRecord
-from extender.packing import MILLI, Ask, cpu_per_gpu, packed_gpu
+from extender.packing import MILLI, Ask, cpu_per_gpu, fullest_fit
 from extender.state import ClusterState, Requests
 from gpupack import contract
 
@@ -58,7 +56,7 @@ def gpu_layout(node: NodeRecord, pods: Iterable[Requests]) -> list[int]:
         if ask is None or ask.num_gpu == 0:
             continue
         if ask.sharing:
-            gpu = int(packed_gpu(ask, np.array([free], dtype=np.int64))[0])
+            gpu = fullest_fit(free, ask.gpu_milli)
             if gpu >= 0:
                 free[gpu] -= ask.gpu_milli
             continue

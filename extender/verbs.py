@@ -20,7 +20,7 @@ from extender.demand import PodDemand
 from extender.filter import Rejection, reject
 from extender.inventory import NodeRecord, node_from_json
 from extender.live import LiveMetrics
-from extender.score import priorities, score
+from extender.score import priorities, scores
 from extender.snapshot import NodeSnapshot
 from extender.state import ClusterState
 from extender.typical import ShapeBook, gpu_layout
@@ -138,9 +138,15 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSna
     return NodeSnapshot(record, state.used(name, now), utils, tuple(gpu_layout(record, pods)), len(pods))
 
 
+def judge(demand: PodDemand, snaps: list[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[Verdict]:
+    """Filter and score nodes (scored together: `gpupack` vectorizes over them)."""
+    found = scores(demand, snaps, policy, book)
+    return [Verdict(reject(demand, snap, policy), value) for snap, value in zip(snaps, found, strict=True)]
+
+
 def verdict(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBook) -> Verdict:
     """Filter and score one node."""
-    return Verdict(reject(demand, snap, policy), score(demand, snap, policy, book))
+    return judge(demand, [snap], policy, book)[0]
 
 
 def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict | None]:
@@ -151,31 +157,33 @@ def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict 
     now, wall = time.monotonic(), time.time()
     policy = view.policy
     if args.nodes is not None:
-        out: list[Verdict | None] = []
+        records = []
         for node in args.nodes:
             try:
-                record = node_from_json(node, policy)
+                records.append(node_from_json(node, policy))
             except ValueError as exc:
                 raise ArgsError(f"ExtenderArgs.Nodes: {exc}") from exc
-            out.append(verdict(demand, snapshot(record, view, now, wall), policy, view.book))
-        return out
+        return list(judge(demand, [snapshot(r, view, now, wall) for r in records], policy, view.book))
     state, live, cache = view.state, view.live, view.cache
     nodes, names = state.nodes, args.names
     max_age = policy.extender.metrics.max_age_seconds
     if cache is None:
-        return [
-            None if (r := nodes.get(name)) is None else verdict(demand, snapshot(r, view, now, wall), policy, view.book)
-            for name in names
-        ]
+        out: list[Verdict | None] = [None] * len(names)
+        known = [(i, r) for i, name in enumerate(names) if (r := nodes.get(name)) is not None]
+        fresh = judge(demand, [snapshot(r, view, now, wall) for _, r in known], policy, view.book)
+        for (i, _), found in zip(known, fresh, strict=True):
+            out[i] = found
+        return out
     key = (view.policy_version, view.book.version, demand.shape)
     table = cache.table(key, state, live.serial, now)
     out = list(map(table.get, names))  # the usual case: every verdict cached, no Python-level loop
-    for i in [i for i, found in enumerate(out) if found is None]:
-        name = names[i]
-        known = nodes.get(name)
-        if known is None:
-            continue
-        out[i] = table[name] = verdict(demand, snapshot(known, view, now, wall), policy, view.book)
+    missing = [(i, r) for i, found in enumerate(out) if found is None and (r := nodes.get(names[i])) is not None]
+    if not missing:
+        return out
+    fresh = judge(demand, [snapshot(r, view, now, wall) for _, r in missing], policy, view.book)
+    for (i, record), found in zip(missing, fresh, strict=True):
+        name = record.name
+        out[i] = table[name] = found
         # One clock for expiry: the monotonic one (assumptions), with data age converted from wall time.
         until = min(state.valid_until(name), now + (live.fresh_until(name, wall, max_age) - wall))
         if until != float("inf"):

@@ -36,7 +36,7 @@ from extender.live import LiveMetrics, NodeUtils
 from extender.score import priorities
 from extender.state import ClusterState
 from extender.typical import ShapeBook
-from extender.verbs import View, snapshot, verdict
+from extender.verbs import View, judge, snapshot
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
 from simulator.day_cluster import JobArrival, ReplicaDraws, cluster_nodes, job_arrivals, replica_pod
@@ -177,15 +177,13 @@ class _Day:
     def choose(self, sim: SimPod, view: View, now: float) -> str | None:
         """The node kube-scheduler would bind `sim` to, or None when no node passes every filter."""
         demand = sim.demand
-        passed: dict[str, int] = {}
-        for name, record in self.records.items():
-            if not self.statically_ok(sim, name) or not fits(
-                demand.requests, record.allocatable, self.state.used(name)
-            ):
-                continue
-            found = verdict(demand, snapshot(record, view, now, now), self.policy, view.book)
-            if found.rejection is None:
-                passed[name] = found.score
+        candidates = [
+            record
+            for name, record in self.records.items()
+            if self.statically_ok(sim, name) and fits(demand.requests, record.allocatable, self.state.used(name))
+        ]
+        found = judge(demand, [snapshot(r, view, now, now) for r in candidates], self.policy, view.book)
+        passed = {r.name: v.score for r, v in zip(candidates, found, strict=True) if v.rejection is None}
         if len(passed) <= 1:  # kube-scheduler skips scoring with one feasible node
             return next(iter(passed), None)
         answered = dict(zip(passed, priorities(list(passed.values()), self.policy), strict=True))

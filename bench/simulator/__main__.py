@@ -1,9 +1,12 @@
-"""Run: `python -m bench.simulator [--policy NAME ...] [--seeds N] [--variant default] [--cpu K]`.
+"""Run: `python -m bench.simulator [--policy NAME ...] [--seeds N] [--variant default|all|NAME] [--cpu K]`.
 
 Times the published protocol (10 seeds by default, about 10,800 arrivals onto the 1,213 GPU nodes per seed on
 the default trace) for each policy, single-threaded and optionally pinned to one CPU, against the target of 60 s
 per policy for 10 seeds. Wall time is noisy on a shared machine, so user+system CPU time is reported too. The
 reproduction figures (allocation % at 100% and 130% arrived demand) are printed beside the published ones.
+
+`--variant all` runs every pod-list variant of the trace and, when both `gpupack` and `fgd` ran, ends with the
+table of their difference per variant (the issue's "more than our own fgd on every trace variant").
 
 Results: a table on stdout and bench/results/simulator.json (not committed).
 """
@@ -19,9 +22,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from simulator.policies import POLICIES  # noqa: E402
-from simulator.run import DEFAULT_SEEDS, load_workload, simulate  # noqa: E402
+from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
+from simulator.trace import default_trace_dir, pod_variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results/simulator.json"
@@ -34,47 +39,70 @@ PUBLISHED = {  # Weng et al., ATC '23, default trace, mean of 10 seeds: allocati
 }
 
 
+def run_one(workload: Workload, variant: str, name: str, seeds: list[int]) -> dict[str, Any]:
+    """Time one policy over the seeds on one variant, print its line, return its result row."""
+    start_wall, start = time.perf_counter(), os.times()
+    report = simulate(workload, [name], seeds=seeds)
+    end = os.times()
+    wall = time.perf_counter() - start_wall
+    cpu = (end.user - start.user) + (end.system - start.system)
+    result = report.policies[name]
+    arrivals = sum(r.alloc_pct.size for r in result.runs)
+    at = report.to_json()["policies"][name]  # type: ignore[index]
+    a100, a130 = at["at"]["100"]["alloc_pct"], at["at"]["130"]["alloc_pct"]
+    published = PUBLISHED.get(name) if variant == "default" else None
+    ref = f"{published[0]:.2f} / {published[1]:.2f}" if published else "-"
+    print(f"{variant:<11} {name:<19} {wall:7.1f} {cpu:7.1f} {arrivals / wall:10.0f} {a100:7.2f} {a130:7.2f} {ref:>13}")
+    return {
+        "policy": name,
+        "variant": variant,
+        "seeds": len(seeds),
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "arrivals": arrivals,
+        "target_s": TARGET_S,
+        "meets_target": cpu <= TARGET_S,
+        "at": at["at"],
+        "spread": at["spread"],
+        "published_alloc_pct": published,
+    }
+
+
+def print_comparison(rows: list[dict[str, Any]]) -> None:
+    """gpupack against fgd per variant at 130 % arrived demand."""
+    by = {(r["variant"], r["policy"]): r["at"]["130"] for r in rows}
+    print(f"\n{'variant':<11} {'fgd %':>7} {'gpupack %':>9} {'diff':>6} {'fgd unalloc':>11} {'gpupack unalloc':>15}")
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        fgd, ours = by.get((variant, "fgd")), by.get((variant, "gpupack"))
+        if fgd is None or ours is None:
+            continue
+        diff = ours["alloc_pct"] - fgd["alloc_pct"]
+        print(
+            f"{variant:<11} {fgd['alloc_pct']:7.2f} {ours['alloc_pct']:9.2f} {diff:+6.2f}"
+            f" {fgd['unallocated_gpus']:11.1f} {ours['unallocated_gpus']:15.1f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.simulator", description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all policies")
     parser.add_argument("--seeds", type=int, default=len(DEFAULT_SEEDS))
-    parser.add_argument("--variant", default="default")
+    parser.add_argument("--variant", default="default", help="a pod-list variant, or all of them")
     parser.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    workload = load_workload(args.variant)
+    variants = pod_variants(default_trace_dir()) if args.variant == "all" else [args.variant]
     seeds = list(range(42, 42 + args.seeds))
+    header = f"{'variant':<11} {'policy':<19} {'wall s':>7} {'cpu s':>7} {'arrivals/s':>10} {'@100 %':>7} {'@130 %':>7}"
+    print(f"{header} {'published':>13}")
     rows = []
-    print(f"{'policy':<11} {'wall s':>7} {'cpu s':>7} {'arrivals/s':>10} {'@100 %':>7} {'@130 %':>7} {'published':>13}")
-    for name in args.policy or list(POLICIES):
-        start_wall, start = time.perf_counter(), os.times()
-        report = simulate(workload, [name], seeds=seeds)
-        end = os.times()
-        wall = time.perf_counter() - start_wall
-        cpu = (end.user - start.user) + (end.system - start.system)
-        result = report.policies[name]
-        arrivals = sum(r.alloc_pct.size for r in result.runs)
-        at = report.to_json()["policies"][name]  # type: ignore[index]
-        a100, a130 = at["at"]["100"]["alloc_pct"], at["at"]["130"]["alloc_pct"]
-        published = PUBLISHED.get(name)
-        ref = f"{published[0]:.2f} / {published[1]:.2f}" if published else "-"
-        print(f"{name:<11} {wall:7.1f} {cpu:7.1f} {arrivals / wall:10.0f} {a100:7.2f} {a130:7.2f} {ref:>13}")
-        rows.append(
-            {
-                "policy": name,
-                "variant": args.variant,
-                "seeds": len(seeds),
-                "wall_s": round(wall, 2),
-                "cpu_s": round(cpu, 2),
-                "arrivals": arrivals,
-                "target_s": TARGET_S,
-                "meets_target": cpu <= TARGET_S,
-                "at": at["at"],
-                "spread": at["spread"],
-                "published_alloc_pct": published,
-            }
-        )
+    for variant in variants:
+        workload = load_workload(variant)
+        for name in args.policy or list(POLICIES):
+            rows.append(run_one(workload, variant, name, seeds))
+    if {"gpupack", "fgd"} <= {r["policy"] for r in rows}:
+        print_comparison(rows)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
     print(f"written: {RESULTS.relative_to(ROOT)}")
