@@ -64,8 +64,11 @@ class ClusterState:
         """Bound pods per node, in the order they were first seen there (the order their GPUs were handed out)."""
         self.pod_changes = 0
         """How many pod events were applied (the typical shapes re-count after enough of them)."""
+        self.derived: dict[str, object] = {}
+        """Per node, a value computed from its record and pods (the GPU layout), dropped whenever the node changes."""
 
     def _touch(self, node: str) -> None:
+        self.derived.pop(node, None)
         self._changed.append(node)
         if len(self._changed) > CHANGE_LOG:  # readers that far behind start over
             self._changed_base += len(self._changed)
@@ -98,6 +101,7 @@ class ClusterState:
     def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
         """Replace every node (after a full list)."""
         self.nodes = {n.name: n for n in nodes}
+        self.derived = {}
         self.epoch += 1
 
     # pods --------------------------------------------------------------------------------------------------
@@ -135,6 +139,7 @@ class ClusterState:
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = requests
         self.pod_changes += len(self.pods) + 1
+        self.derived = {}
         for key in [k for k in self._assumed if k in self.pods]:
             self._forget_assumed(key)
         self.epoch += 1

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
 from extender.inventory import CPU, NodeRecord
@@ -23,8 +24,17 @@ from extender.state import ClusterState, Requests
 from gpupack import contract
 
 REFRESH_PODS = 16
+_UNSEEN = Ask(-1, -1, -1)
 GPU_MODELS = ("gpu",)
 """The shapes' model columns: gpupack's pods choose GPU models by node selectors, so every shape accepts any GPU."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """A node's GPUs as `gpu_layout` rebuilt them, and its pod count (kept per node until the node changes)."""
+
+    gpu_free: tuple[int, ...]
+    pods: int
 
 
 def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | None:
@@ -51,8 +61,11 @@ def gpu_layout(node: NodeRecord, pods: Iterable[Requests]) -> list[int]:
         per_gpu = {r: node.shares[r] for r in node.allocatable if r.startswith(contract.RESOURCE_MIG_PREFIX)}
         split = min(round(sum(node.allocatable[r] * s for r, s in per_gpu.items())), node.gpu_count)
         free[node.gpu_count - split :] = [0] * split
+    asks: dict[Requests, Ask | None] = {}  # a node's pods are mostly replicas of a few shapes
     for requests in pods:
-        ask = ask_of(requests, node)
+        ask = asks.get(requests, _UNSEEN)
+        if ask is _UNSEEN:
+            ask = asks[requests] = ask_of(requests, node)
         if ask is None or ask.num_gpu == 0:
             continue
         if ask.sharing:

@@ -23,7 +23,7 @@ from extender.live import LiveMetrics
 from extender.score import priorities, scores
 from extender.snapshot import NodeSnapshot
 from extender.state import ClusterState
-from extender.typical import ShapeBook, gpu_layout
+from extender.typical import NodeLayout, ShapeBook, gpu_layout
 from extender.wire import ArgsError, ExtenderArgs
 from gpupack.policy import Policy
 
@@ -134,8 +134,12 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSna
     utils = view.live.fresh_utils(name, wall, max_age)
     if view.policy.extender.scoring != "gpupack":
         return NodeSnapshot(record, state.used(name, now), utils)
-    pods = state.pods_on(name, now)
-    return NodeSnapshot(record, state.used(name, now), utils, tuple(gpu_layout(record, pods)), len(pods))
+    used = state.used(name, now)  # drops expired assumptions first, so the layout below is current
+    layout = state.derived.get(name)
+    if not isinstance(layout, NodeLayout):
+        pods = state.pods_on(name, now)
+        layout = state.derived[name] = NodeLayout(tuple(gpu_layout(record, pods)), len(pods))
+    return NodeSnapshot(record, used, utils, layout.gpu_free, layout.pods)
 
 
 def judge(demand: PodDemand, snaps: list[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[Verdict]:

@@ -1,7 +1,8 @@
 """Where the extender's time goes, in-process: `python -m bench.extender.profile [--data DIR] [--repeat N]`.
 
 Builds the benchmark's cluster state with `extender.service.load_lists` and its live metrics with
-`StaticSource` + `aggregate`, then times and profiles (cProfile) the handlers' work per request: parsing the
+`StaticSource` + `aggregate`, then times and profiles (cProfile) the handlers' work per request without the
+decision cache (what a miss on every node costs): parsing the
 ExtenderArgs, `demand_of`, `filter_nodes` / `prioritize_nodes`, and serialising the answer. Also times the
 startup pieces (reading the lists, `load_lists`, reading and aggregating the DCGM snapshot) and the memory
 the state holds (tracemalloc).
@@ -44,6 +45,7 @@ def main() -> int:
     from extender.service import load_lists
     from extender.sources import StaticSource
     from extender.state import ClusterState
+    from extender.typical import ShapeBook
     from extender.verbs import View, filter_nodes, prioritize_nodes
     from extender.wire import filter_result, parse_args, priority_list
     from gpupack.policy import Policy
@@ -78,7 +80,9 @@ def main() -> int:
         live_mb = (tracemalloc.get_traced_memory()[0] - before) / 2**20
         tracemalloc.stop()
         print(f"memory held: cluster state {state_mb:.0f} MB, live metrics snapshot {live_mb:.0f} MB (tracemalloc)")
-        view = View(state, live, policy)
+        book = ShapeBook()
+        _timed("count the typical pod shapes (ShapeBook)", book.refresh, state)
+        view = View(state, live, policy, book=book)  # no decision cache: every node of every request is decided
 
         def serve(verb: str, body: bytes) -> bytes:
             parsed = parse_args(body)
