@@ -24,6 +24,7 @@ from extender.state import ClusterState, Requests
 from gpupack import contract
 
 REFRESH_PODS = 16
+"""Fewest pod events between two counts of the typical shapes (a small cluster's shapes settle after a few pods)."""
 _UNSEEN = Ask(-1, -1, -1)
 GPU_MODELS = ("gpu",)
 """The shapes' model columns: gpupack's pods choose GPU models by node selectors, so every shape accepts any GPU."""
@@ -38,10 +39,13 @@ class NodeLayout:
 
 
 def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | None:
-    """The pod's ask on `node` (None for a MIG pod, or a GPU resource the node does not share out)."""
+    """The pod's ask on `node` (None for a MIG pod, or a GPU resource the node does not offer).
+
+    A GPU resource is one the node advertises (its `shares`, whatever the time-slicing resource is named) or one
+    of NVIDIA's names."""
     asked = dict(requests)
     cpu = asked.get(CPU, 0)
-    gpus = [(r, n) for r, n in asked.items() if contract.is_gpu_resource(r) and n > 0]
+    gpus = [(r, n) for r, n in asked.items() if n > 0 and (r in node.shares or contract.is_gpu_resource(r))]
     if not gpus:
         return Ask(cpu, 0, 0)
     resource, count = gpus[0]

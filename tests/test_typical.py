@@ -1,0 +1,73 @@
+"""What the extender derives for gpupack's order: pods' asks, each node's GPU layout, the typical shapes."""
+
+from __future__ import annotations
+
+from extender.inventory import NodeRecord, node_from_json
+from extender.packing import Ask
+from extender.state import ClusterState
+from extender.typical import REFRESH_PODS, ShapeBook, ask_of, gpu_layout
+from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, node, policy
+
+SHARED = "nvidia.com/gpu.shared"
+GPU = "nvidia.com/gpu"
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
+
+
+def record(node_json: dict[str, object]) -> NodeRecord:
+    return node_from_json(node_json, policy())
+
+
+T4 = record(node("t4", gpus={SHARED: 16}, labels=T4_SHARED))  # 4 GPUs, 4 replicas each: a replica is 250 milli-GPU
+H100_NODE = record(node("h100", gpus={GPU: 8}, labels=H100))
+A100 = record(node("a100", gpus=A100_BALANCED_GPUS, labels=A100_BALANCED))
+
+
+def test_asks_in_milli_gpu() -> None:
+    assert ask_of({"cpu": 2000, SHARED: 1}, T4) == Ask(2000, 250, 1)
+    assert ask_of({"cpu": 2000, SHARED: 2}, T4) == Ask(2000, 500, 1)
+    assert ask_of({"cpu": 8000, GPU: 2}, H100_NODE) == Ask(8000, 1000, 2)
+    assert ask_of({"cpu": 500, "memory": 10**9}, H100_NODE) == Ask(500, 0, 0)
+    assert ask_of({"nvidia.com/mig-1g.5gb": 1}, A100) is None  # MIG geometry is scored elsewhere
+
+
+def test_replicas_fill_the_fullest_gpu_and_whole_gpus_the_lowest_free_ones() -> None:
+    replica, two = ((SHARED, 1),), ((SHARED, 2),)
+    # 250, then 500 on the same GPU (fullest that fits), then 500 more does not fit there (250 left): next GPU.
+    assert gpu_layout(T4, [replica, two, two]) == [250, 500, 1000, 1000]
+    assert gpu_layout(T4, [replica, two, two, replica]) == [0, 500, 1000, 1000]
+    assert gpu_layout(H100_NODE, [((GPU, 2),), (("cpu", 4000),), ((GPU, 3),)]) == [0] * 5 + [1000] * 3
+
+
+def test_gpus_split_by_mig_offer_nothing_to_whole_or_time_sliced_pods() -> None:
+    assert gpu_layout(A100, []) == [0] * 8
+
+
+def test_typical_shapes_are_counted_from_the_running_pods_and_recounted_after_enough_changes() -> None:
+    state = ClusterState()
+    state.replace_nodes([T4, H100_NODE])
+    for i in range(10):
+        state.upsert_pod(f"r{i}", T4.name, (("cpu", 2000), (SHARED, 1)))
+    for i in range(5):
+        state.upsert_pod(f"w{i}", H100_NODE.name, (("cpu", 8000), (GPU, 1)))
+    book = ShapeBook()
+    book.refresh(state)
+    assert book.version == 1
+    assert book.shapes.keys == ((2000, 250, 1, ()), (8000, 1000, 1, ()))
+    assert book.rho == (10 * 2000 + 5 * 8000) / (10 * 250 + 5 * 1000)
+    for i in range(REFRESH_PODS - 1):
+        state.upsert_pod(f"c{i}", H100_NODE.name, (("cpu", 1000),))
+    book.refresh(state)
+    assert book.version == 1  # not enough changes yet: the same shapes
+    state.upsert_pod("last", H100_NODE.name, (("cpu", 1000),))
+    book.refresh(state)
+    assert book.version == 2 and (1000, 0, 0, ()) in book.shapes.keys
+
+
+def test_given_shapes_are_never_recounted() -> None:
+    state = ClusterState()
+    state.replace_nodes([T4])
+    book = ShapeBook(ShapeBook().shapes)
+    for i in range(100):
+        state.upsert_pod(f"r{i}", T4.name, (("cpu", 2000), (SHARED, 1)))
+    book.refresh(state)
+    assert book.version == 0 and book.shapes.keys == ()
