@@ -1,4 +1,4 @@
-# One image for every gpupack service; the first argument picks it (`webhook`, later `extender`).
+# One image for every gpupack service; the first argument picks it (`webhook`, `extender`, `simulate`, ...).
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -6,6 +6,8 @@ COPY gpupack ./gpupack
 COPY webhook ./webhook
 COPY extender ./extender
 COPY certs ./certs
+COPY demo ./demo
+COPY simulator ./simulator
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

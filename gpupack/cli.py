@@ -88,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         help="replay a GPU trace through the placement policies",
         description="Replay the Alibaba openb GPU-sharing trace with the published protocol (shuffle per seed, "
         "inflate to 1.3x the cluster's GPU capacity, pods never leave) under each placement policy, and report "
-        "GPU allocation, unallocated GPUs, fragmentation and idle nodes at 100%% and 130%% arrived demand.",
+        "GPU allocation, unallocated GPUs, fragmentation and idle nodes at 100% and 130% arrived demand.",
     )
     sim.add_argument(
         "--trace",
@@ -100,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
         "--policy",
         action="append",
         metavar="NAME",
-        help="random, spread, binpack, bestfit, dotproduct or fgd; repeat to choose several (default: all)",
+        help="random, spread, binpack, bestfit, dotproduct, fgd, gpupack or gpupack-autoscaled; repeat to choose "
+        "several (default: all)",
     )
     sim.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, ... (default 10)")
     sim.add_argument(

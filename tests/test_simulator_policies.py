@@ -100,7 +100,16 @@ def context(state: ClusterState, shapes_from: list[PodRecord], order: np.ndarray
 
 
 @pytest.mark.parametrize(
-    ("policy", "node"), [("bestfit", 0), ("binpack", 0), ("dotproduct", 0), ("spread", 1), ("fgd", 0)]
+    ("policy", "node"),
+    [
+        ("bestfit", 0),
+        ("binpack", 0),
+        ("dotproduct", 0),
+        ("spread", 1),
+        ("fgd", 0),
+        ("gpupack", 0),
+        ("gpupack-autoscaled", 0),
+    ],
 )
 def test_one_gpu_pod_between_a_nearly_full_node_and_an_empty_one(policy: str, node: int) -> None:
     state = cluster(make_node("full"), make_node("empty"))
@@ -112,14 +121,30 @@ def test_one_gpu_pod_between_a_nearly_full_node_and_an_empty_one(policy: str, no
     assert chosen is not None and chosen.node == node
 
 
-@pytest.mark.parametrize(("policy", "gpu"), [("bestfit", 1), ("spread", 1), ("dotproduct", 1), ("fgd", 0)])
+@pytest.mark.parametrize(
+    ("policy", "gpu"), [("bestfit", 1), ("spread", 1), ("dotproduct", 1), ("fgd", 0), ("gpupack", 1)]
+)
 def test_sharing_gpu_choice_inside_the_node(policy: str, gpu: int) -> None:
     # Best fit packs 500 onto the 600 GPU (leaving a useless 100); FGD keeps both GPUs able to host 500 shares.
+    # gpupack cannot choose: the device plugin's packed allocation gives the fullest GPU that fits, as best fit.
     state = cluster(make_node(gpus=2))
     set_gpus(state, 0, [1000, 600])
     pod = make_pod("p", gpus=1, milli=500)
     chosen = POLICIES[policy](context(state, [pod], tiebreak(0))).choose(pod, state, state.feasible(pod))
     assert chosen is not None and chosen.gpus == (gpu,)
+
+
+@pytest.mark.parametrize(("policy", "node"), [("fgd", 0), ("gpupack", 1), ("gpupack-autoscaled", 1)])
+def test_a_cpu_pod_goes_where_no_free_gpu_is_left_when_fgd_ties(policy: str, node: int) -> None:
+    # Both nodes keep every typical pod able to fit (FGD: 50 and 50); the run's order favours node 0. gpupack
+    # breaks the tie on purpose: the node whose GPUs are all taken, so node 0's free GPUs keep their CPU.
+    state = cluster(make_node("free"), make_node("taken"))
+    set_gpus(state, 1, [0] * 8)
+    pod = make_pod("cpu", cpu=1000)
+    chosen = POLICIES[policy](context(state, [make_pod("one", gpus=1)], tiebreak(1, 0))).choose(
+        pod, state, state.feasible(pod)
+    )
+    assert chosen is not None and chosen.node == node
 
 
 def test_random_draws_feasible_nodes_and_fitting_gpus() -> None:
@@ -135,7 +160,7 @@ def test_random_draws_feasible_nodes_and_fitting_gpus() -> None:
 def test_ties_go_to_the_runs_node_order(order: tuple[int, int], node: int) -> None:
     state = cluster(make_node("a"), make_node("b"))
     pod = make_pod("p", gpus=1)
-    for name in ("fgd", "bestfit", "spread"):
+    for name in ("fgd", "bestfit", "spread", "gpupack", "gpupack-autoscaled"):
         chosen = POLICIES[name](context(state, [pod], tiebreak(*order))).choose(pod, state, state.feasible(pod))
         assert chosen is not None and chosen.node == node, name
 
