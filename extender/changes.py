@@ -41,6 +41,8 @@ class PodChange:
     node: str | None
     requests: Requests
     deleted: bool = False
+    workload: bool = True
+    """False for a DaemonSet's pod: every node runs one, so it neither makes a node "in use" nor a typical shape."""
 
 
 Change = NodeChange | PodChange
@@ -78,8 +80,10 @@ def pod_change(
         if cache is not None
         else tuple(pod_requests(spec, shared_resource).items())
     )
+    owners = meta.get("ownerReferences") or []
+    daemon = isinstance(owners, list) and any(isinstance(o, dict) and o.get("kind") == "DaemonSet" for o in owners)
     # thousands of pods share a node: one string object per node name
-    return PodChange(key, sys.intern(str(node)), requests)
+    return PodChange(key, sys.intern(str(node)), requests, workload=not daemon)
 
 
 def reduce_event(
@@ -103,7 +107,7 @@ def apply_changes(state: ClusterState, changes: Iterable[Change]) -> None:
             if change.deleted:
                 state.remove_pod(change.key)
             else:
-                state.upsert_pod(change.key, change.node, change.requests)
+                state.upsert_pod(change.key, change.node, change.requests, change.workload)
         elif change.record is None:
             state.remove_node(change.name)
         else:

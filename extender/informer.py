@@ -250,10 +250,10 @@ class Informer:
 
     def _read_list(
         self, kind: Kind, policy: Policy, stop: threading.Event
-    ) -> tuple[list[NodeRecord], list[tuple[str, str, Requests]], str, int]:
+    ) -> tuple[list[NodeRecord], list[tuple[str, str, Requests, bool]], str, int]:
         """In a thread: every page, reduced as it arrives (raw pages are dropped at once)."""
         records: list[NodeRecord] = []
-        pods: list[tuple[str, str, Requests]] = []
+        pods: list[tuple[str, str, Requests, bool]] = []
         version = ""
         skipped = 0
         shared = policy.time_slicing.resource_name
@@ -272,7 +272,7 @@ class Informer:
                     log.warning("skipping a malformed object: %s", exc, extra={"kind": kind})
                     continue
                 if change.node is not None:
-                    pods.append((change.key, change.node, change.requests))
+                    pods.append((change.key, change.node, change.requests, change.workload))
         return records, pods, version, skipped
 
     # watching --------------------------------------------------------------------------------------------------

@@ -82,19 +82,24 @@ def fgd_score(decrease: Ints, shapes: TypicalShapes) -> Ints:
 
 def sharing_decrease(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> tuple[Ints, Ints, Ints]:
     """For a sharing pod: every (node row, GPU column) with room for it, and C * the fragmentation drop of
-    placing it there. The states before and after go through one `fragmentation()` call (it is overhead-bound)."""
-    count = model.size
+    placing it there."""
     rows, cols = np.nonzero(gpus >= ask.gpu_milli)
-    candidates = gpus[rows]
-    candidates[np.arange(rows.size), cols] -= ask.gpu_milli
+    return rows, cols, _decrease_on(shapes, ask, model, cpu, gpus, rows, cols)
+
+
+def _decrease_on(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints, rows: Ints, cols: Ints) -> Ints:
+    """C * the fragmentation drop of a sharing pod placed on GPU `cols[i]` of node state `rows[i]`; the states
+    before and after go through one `fragmentation()` call (it is overhead-bound)."""
+    after = gpus[rows]
+    after[np.arange(rows.size), cols] -= ask.gpu_milli
     frag = fragmentation(
         shapes,
         np.concatenate([model, model[rows]]),
         np.concatenate([cpu, (cpu - ask.cpu_milli)[rows]]),
-        np.concatenate([gpus, candidates]),
+        np.concatenate([gpus, after]),
     )
-    decrease: Ints = frag[:count][rows] - frag[count:]
-    return rows, cols, decrease
+    decrease: Ints = frag[: model.size][rows] - frag[model.size :]
+    return decrease
 
 
 def whole_decrease(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus: Ints) -> Ints:
@@ -118,6 +123,8 @@ def whole_decrease(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus
 
 def packed_gpu(ask: Ask, gpus: Ints) -> Ints:
     """Per node state, the GPU a sharing pod takes: the fullest that still fits, lowest index first; -1 if none."""
+    if gpus.shape[1] == 0:  # nodes without GPUs (a device plugin restarting advertises 0)
+        return np.full(gpus.shape[0], -1, np.int64)
     fits = gpus >= ask.gpu_milli
     column: Ints = np.argmin(np.where(fits, gpus, MILLI + 1), axis=1).astype(np.int64)
     result: Ints = np.where(fits.any(axis=1), column, -1)
@@ -145,16 +152,8 @@ def packed_scores(shapes: TypicalShapes, ask: Ask, model: Ints, cpu: Ints, gpus:
         return fgd_score(whole_decrease(shapes, ask, model, cpu, gpus), shapes), np.full(count, -1, np.int64)
     column = packed_gpu(ask, gpus)
     rows = np.flatnonzero(column >= 0)
-    after = gpus[rows]
-    after[np.arange(rows.size), column[rows]] -= ask.gpu_milli
-    frag = fragmentation(
-        shapes,
-        np.concatenate([model, model[rows]]),
-        np.concatenate([cpu, (cpu - ask.cpu_milli)[rows]]),
-        np.concatenate([gpus, after]),
-    )
     score = np.full(count, NO_FIT, np.int64)
-    score[rows] = fgd_score(frag[:count][rows] - frag[count:], shapes)
+    score[rows] = fgd_score(_decrease_on(shapes, ask, model, cpu, gpus, rows, column[rows]), shapes)
     return score, column
 
 

@@ -12,8 +12,9 @@ Three scoring policies, chosen by `extender.scoring`:
     it); then FGD's fragmentation score against the cluster's typical pod shapes, with its ties broken by pod
     kind (the rule measured on the Alibaba trace). Among equals, a time-sliced pod then prefers the node whose
     best GPU is closest to the target load (`load` below): GPUs already busy but not hot;
-  - MIG instances: `1 + 9 * (wp*packing + wl*load + wf*fragmentation) / (wp + wl + wf)`, and 0 on a node whose
-    GPUs are all unrequested unless the pod fills it (empty nodes stay empty for the autoscaler), with
+  - MIG instances: `1 + 9 * (wp*packing + wl*load + wf*fragmentation) / (wp + wl + wf)`, and 0 (ranked last)
+    on a node whose GPUs are all unrequested unless the pod fills it (empty nodes stay empty for the autoscaler),
+    with
       packing       = the node's GPUs requested after placing the pod, in physical GPUs' worth, over its GPUs;
       load          = target-load shape of the live utilization u of the node's best GPU (Trimaran's
                       TargetLoadPacking, on GPUs, with target T):  u <= T: (1 - T) * u / T + T,
@@ -147,9 +148,10 @@ def gpupack_orders(demand: PodDemand, snaps: Sequence[NodeSnapshot], policy: Pol
             counts = np.array([snap.node.gpu_count for snap in group], dtype=np.int64)
             open_first = stays_open(ask, requested, counts)
         for i, snap, order in zip(rows, group, order_key(score, tie, open_first).tolist(), strict=True):
-            if ask.sharing and order >= 0:  # among equals, the GPU load nearest the target
-                order = order * (MAX_SCORE + 1) + round(MAX_SCORE * live_load(snap, policy))
-            out[i] = order
+            # Last, for replicas among otherwise equal nodes: the GPU load nearest the target. Every order gets the
+            # same radix, so a request whose pod is a replica on some nodes and whole GPUs on others compares alike.
+            load = round(MAX_SCORE * live_load(snap, policy)) if ask.sharing else 0
+            out[i] = order * (MAX_SCORE + 1) + load if order >= 0 else order
     return out
 
 

@@ -18,7 +18,7 @@ from extender.inventory import NodeRecord
 
 Requests = tuple[tuple[str, int], ...]
 _NOTHING: Mapping[str, int] = {}
-_NO_PODS: Mapping[str, Requests] = {}
+_NO_PODS: Mapping[str, PodRecord] = {}
 CHANGE_LOG = 100_000
 
 
@@ -28,6 +28,8 @@ class PodRecord:
 
     node: str
     requests: Requests
+    workload: bool = True
+    """False for a DaemonSet's pod (it counts in usage, not as a pod that puts the node in use)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,7 @@ class ClusterState:
         self._changed: list[str] = []
         """Nodes whose inputs to a decision changed (record, usage, assumptions), in order; see `changed_since`."""
         self._changed_base = 0
-        self._by_node: dict[str, dict[str, Requests]] = {}
+        self._by_node: dict[str, dict[str, PodRecord]] = {}
         """Bound pods per node, in the order they were first seen there (the order their GPUs were handed out)."""
         self.pod_changes = 0
         """How many pod events were applied (the typical shapes re-count after enough of them)."""
@@ -105,7 +107,7 @@ class ClusterState:
         self.epoch += 1
 
     # pods --------------------------------------------------------------------------------------------------
-    def upsert_pod(self, key: str, node: str | None, requests: Requests) -> None:
+    def upsert_pod(self, key: str, node: str | None, requests: Requests, workload: bool = True) -> None:
         """Record a pod event: counted on `node` when bound and running; None (pending or finished) uncounts it."""
         self.pod_changes += 1
         old = self.pods.pop(key, None)
@@ -119,9 +121,9 @@ class ClusterState:
                     self._by_node.pop(old.node, None)
         if node:
             self._forget_assumed(key)
-            self.pods[key] = PodRecord(node, requests)
+            self.pods[key] = record = PodRecord(node, requests, workload)
             _add(self._usage.setdefault(node, {}), requests, +1)
-            self._by_node.setdefault(node, {})[key] = requests  # an update keeps its place
+            self._by_node.setdefault(node, {})[key] = record  # an update keeps its place
             self._touch(node)
 
     def remove_pod(self, key: str) -> None:
@@ -129,15 +131,15 @@ class ClusterState:
         self.upsert_pod(key, None, ())
         self._forget_assumed(key)
 
-    def replace_pods(self, pods: Iterable[tuple[str, str, Requests]]) -> None:
-        """Replace every pod (after a full list): (key, node, requests) of the bound, running ones."""
+    def replace_pods(self, pods: Iterable[tuple[str, str, Requests, bool]]) -> None:
+        """Replace every pod (after a full list): (key, node, requests, workload) of the bound, running ones."""
         self.pods = {}
         self._usage = {}
         self._by_node = {}
-        for key, node, requests in pods:
-            self.pods[key] = PodRecord(node, requests)
+        for key, node, requests, workload in pods:
+            self.pods[key] = record = PodRecord(node, requests, workload)
             _add(self._usage.setdefault(node, {}), requests, +1)
-            self._by_node.setdefault(node, {})[key] = requests
+            self._by_node.setdefault(node, {})[key] = record
         self.pod_changes += len(self.pods) + 1
         self.derived = {}
         for key in [k for k in self._assumed if k in self.pods]:
@@ -195,14 +197,13 @@ class ClusterState:
             _add(total, one.requests, +1)
         return total
 
-    def pods_on(self, node: str, now: float | None = None) -> list[Requests]:
-        """The requests of the pods bound to `node` in the order first seen, then its live assumptions."""
-        bound = list(self._by_node.get(node, _NO_PODS).values())
-        return bound + [a.requests for a in self.assumed_on(node, now)]
-
-    def pod_count(self, node: str, now: float | None = None) -> int:
-        """Pods bound to `node` plus its live assumptions."""
-        return len(self._by_node.get(node, _NO_PODS)) + len(self.assumed_on(node, now))
+    def pods_on(self, node: str, now: float | None = None) -> tuple[list[Requests], int]:
+        """The requests of the pods bound to `node` in the order first seen, then of its live assumptions; and how
+        many of them are workloads (not DaemonSet pods)."""
+        bound = self._by_node.get(node, _NO_PODS).values()
+        assumed = self.assumed_on(node, now)
+        requests = [p.requests for p in bound] + [a.requests for a in assumed]
+        return requests, sum(p.workload for p in bound) + len(assumed)
 
     def valid_until(self, node: str) -> float:
         """When the node's usage next changes by itself (its first assumption expiring; monotonic clock)."""

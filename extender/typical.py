@@ -8,8 +8,12 @@
   fits, whole GPUs to the lowest-indexed free ones). MIG-partitioned GPUs hold nothing a whole or time-sliced
   pod can take.
 - The typical shapes: FGD's most frequent pod shapes, counted over the pods the watch cache holds. They are
-  re-counted when enough pods changed (a twentieth of them, at least `REFRESH_PODS`), not on every event: a
-  count over 150,000 pods takes tens of milliseconds.
+  re-counted when enough pods changed (a twentieth of them, at least `REFRESH_PODS`) or after a full list, not on
+  every event: a count over 150,000 pods takes tens of milliseconds. DaemonSet pods are left out: every node runs
+  them, so they would outnumber every real shape.
+
+The replay assumes the device plugin packs replicas (NVIDIA k8s-device-plugin's packed allocation policy, v0.20
+and later); after a re-list, pods are replayed in list order rather than the order they were bound.
 """
 
 from __future__ import annotations
@@ -32,17 +36,21 @@ GPU_MODELS = ("gpu",)
 
 @dataclass(frozen=True, slots=True)
 class NodeLayout:
-    """A node's GPUs as `gpu_layout` rebuilt them, and its pod count (kept per node until the node changes)."""
+    """A node's GPUs as `gpu_layout` rebuilt them from `record` and its pods, and how many of those pods are
+    workloads (kept per node until the node changes)."""
 
+    record: NodeRecord
     gpu_free: tuple[int, ...]
     pods: int
 
 
 def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | None:
-    """The pod's ask on `node` (None for a MIG pod, or a GPU resource the node does not offer).
+    """The pod's ask on `node`: None for a MIG instance, or a time-sliced replica on a node that offers none.
 
     A GPU resource is one the node advertises (its `shares`, whatever the time-slicing resource is named) or one
-    of NVIDIA's names."""
+    of NVIDIA's names. `count` replicas of `replicas` per GPU are `1000 * count // replicas` milli-GPU (rounded
+    down, so that a GPU holds all its replicas); `replicas` or more of them take whole GPUs, as many as they
+    cover, since the device plugin then hands out replicas of several GPUs."""
     asked = dict(requests)
     cpu = asked.get(CPU, 0)
     gpus = [(r, n) for r, n in asked.items() if n > 0 and (r in node.shares or contract.is_gpu_resource(r))]
@@ -51,10 +59,12 @@ def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | No
     resource, count = gpus[0]
     if resource == contract.RESOURCE_GPU:
         return Ask(cpu, MILLI, count)
-    share = node.shares.get(resource)
-    if resource.startswith(contract.RESOURCE_MIG_PREFIX) or share is None:
+    if resource.startswith(contract.RESOURCE_MIG_PREFIX) or resource not in node.shares:
         return None
-    return Ask(cpu, min(round(MILLI * share * count), MILLI), 1)
+    replicas = max(node.replicas, 1)
+    if count >= replicas:
+        return Ask(cpu, MILLI, -(-count // replicas))
+    return Ask(cpu, MILLI * count // replicas, 1)
 
 
 def gpu_layout(node: NodeRecord, pods: Iterable[Requests]) -> list[int]:
@@ -96,19 +106,20 @@ class ShapeBook:
         self.fixed = shapes is not None
         """Given shapes (tests, the trace comparison) are never re-counted."""
         self._counted_at: int | None = None
+        self._epoch = -1
 
     def model_id(self, product: str) -> int:
         """The access-matrix column of a node's GPU product (the first column when the shapes do not name it)."""
         return self.models.get(product, 0)
 
     def refresh(self, state: ClusterState) -> None:
-        """Re-count when enough pods changed since the last count (or never counted)."""
+        """Re-count when enough pods changed since the last count, after a full list, or when never counted."""
         if self.fixed:
             return
         due = max(REFRESH_PODS, len(state.pods) // 20)
-        if self._counted_at is not None and state.pod_changes - self._counted_at < due:
+        if self._epoch == state.epoch and self._counted_at is not None and state.pod_changes - self._counted_at < due:
             return
-        self._counted_at = state.pod_changes
+        self._counted_at, self._epoch = state.pod_changes, state.epoch
         self.shapes = typical_shapes(_shapes_of(state), GPU_MODELS)
         self.rho = cpu_per_gpu(self.shapes)
         self.version += 1
@@ -117,6 +128,8 @@ class ShapeBook:
 def _shapes_of(state: ClusterState) -> Iterable[ShapeKey]:
     nodes = state.nodes
     for pod in state.pods.values():
+        if not pod.workload:  # a DaemonSet's pods would outnumber every real shape
+            continue
         node = nodes.get(pod.node)
         ask = None if node is None else ask_of(pod.requests, node)
         if ask is not None:

@@ -136,9 +136,11 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSna
         return NodeSnapshot(record, state.used(name, now), utils)
     used = state.used(name, now)  # drops expired assumptions first, so the layout below is current
     layout = state.derived.get(name)
-    if not isinstance(layout, NodeLayout):
-        pods = state.pods_on(name, now)
-        layout = state.derived[name] = NodeLayout(tuple(gpu_layout(record, pods)), len(pods))
+    if not isinstance(layout, NodeLayout) or layout.record is not record:
+        pods, workloads = state.pods_on(name, now)
+        layout = NodeLayout(record, tuple(gpu_layout(record, pods)), workloads)
+        if state.nodes.get(name) is record:  # a node the request brings (full Nodes) is not kept
+            state.derived[name] = layout
     return NodeSnapshot(record, used, utils, layout.gpu_free, layout.pods)
 
 

@@ -170,6 +170,7 @@ def expected_answers(keys: list[int]) -> list[int]:
     return [max(10 - distinct.index(k), 1) for k in keys]
 
 
+@pytest.mark.skipif(not TRACE.is_dir(), reason="the Alibaba trace is not beside the repository")
 @pytest.mark.parametrize("keep_empty", [False, True], ids=["gpupack", "gpupack-autoscaled"])
 async def test_prioritize_ranks_trace_states_like_the_simulators_gpupack(aiohttp_client: Any, keep_empty: bool) -> None:
     workload = load_workload("default", TRACE)

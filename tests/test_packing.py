@@ -31,6 +31,7 @@ def ints(*values: int) -> np.ndarray:  # type: ignore[type-arg]
 def test_a_replica_goes_to_the_fullest_gpu_that_fits_lowest_index_first() -> None:
     gpus = np.array([[1000, 600, 300, 600], [200, 100, -1, -1], [1000, 1000, 1000, 1000]], dtype=np.int64)
     assert packed_gpu(Ask(0, 500, 1), gpus).tolist() == [1, -1, 0]
+    assert packed_gpu(Ask(0, 500, 1), np.zeros((2, 0), np.int64)).tolist() == [-1, -1]  # nodes without GPUs
     rng = np.random.default_rng(3)
     for _ in range(200):  # the extender's one-node replay and the simulator's vector form agree
         row = rng.integers(-1, 1001, size=8)

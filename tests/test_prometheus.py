@@ -17,6 +17,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -119,8 +120,12 @@ def scrape_config(exporters_port: int) -> str:
 
 
 def http_json(url: str, timeout: float = 2.0) -> object:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as err:  # close its response now: a socket left to the GC warns (an error here)
+        err.close()
+        raise RuntimeError(f"{url}: HTTP {err.code}") from None
 
 
 def until(predicate: Callable[[], T | None], what: str, deadline: float = 20.0, pause: float = 0.2) -> T:
@@ -173,8 +178,12 @@ def prometheus_url(exporters: ExporterEndpoints, tmp_path_factory: pytest.TempPa
         def ready() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited {proc.returncode}: {(workdir / 'prometheus.log').read_text()}")
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                return bool(resp.status == 200)
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
+                    return bool(resp.status == 200)
+            except urllib.error.HTTPError as err:  # 503 while starting: close it, or its socket warns at GC time
+                err.close()
+                return False
 
         until(ready, "Prometheus /-/ready")
 

@@ -28,6 +28,15 @@ def test_asks_in_milli_gpu() -> None:
     assert ask_of({"cpu": 8000, GPU: 2}, H100_NODE) == Ask(8000, 1000, 2)
     assert ask_of({"cpu": 500, "memory": 10**9}, H100_NODE) == Ask(500, 0, 0)
     assert ask_of({"nvidia.com/mig-1g.5gb": 1}, A100) is None  # MIG geometry is scored elsewhere
+    assert ask_of({SHARED: 1}, H100_NODE) is None  # no replicas offered there
+    six = record(
+        node(
+            "six", gpus={SHARED: 12}, labels={**T4_SHARED, "nvidia.com/gpu.count": "2", "nvidia.com/gpu.replicas": "6"}
+        )
+    )
+    assert ask_of({SHARED: 1}, six) == Ask(0, 166, 1)  # rounded down: a GPU holds its 6 replicas
+    assert gpu_layout(six, [((SHARED, 1),)] * 6) == [4, 1000]
+    assert ask_of({SHARED: 8}, six) == Ask(0, 1000, 2)  # more than a GPU's replicas: whole GPUs
 
 
 def test_replicas_fill_the_fullest_gpu_and_whole_gpus_the_lowest_free_ones() -> None:
@@ -45,6 +54,8 @@ def test_gpus_split_by_mig_offer_nothing_to_whole_or_time_sliced_pods() -> None:
 def test_typical_shapes_are_counted_from_the_running_pods_and_recounted_after_enough_changes() -> None:
     state = ClusterState()
     state.replace_nodes([T4, H100_NODE])
+    for i in range(40):  # DaemonSet pods (one per node in a real cluster) are not shapes
+        state.upsert_pod(f"ds{i}", T4.name, (("cpu", 100),), workload=False)
     for i in range(10):
         state.upsert_pod(f"r{i}", T4.name, (("cpu", 2000), (SHARED, 1)))
     for i in range(5):
@@ -61,6 +72,9 @@ def test_typical_shapes_are_counted_from_the_running_pods_and_recounted_after_en
     state.upsert_pod("last", H100_NODE.name, (("cpu", 1000),))
     book.refresh(state)
     assert book.version == 2 and (1000, 0, 0, ()) in book.shapes.keys
+    state.replace_pods([])  # a re-list: counted again at once
+    book.refresh(state)
+    assert book.version == 3 and book.shapes.keys == ()
 
 
 def test_given_shapes_are_never_recounted() -> None:
@@ -71,3 +85,12 @@ def test_given_shapes_are_never_recounted() -> None:
         state.upsert_pod(f"r{i}", T4.name, (("cpu", 2000), (SHARED, 1)))
     book.refresh(state)
     assert book.version == 0 and book.shapes.keys == ()
+
+
+def test_daemonset_pods_do_not_put_a_node_in_use() -> None:
+    state = ClusterState()
+    state.replace_nodes([T4])
+    state.upsert_pod("exporter", T4.name, (("cpu", 100),), workload=False)
+    state.upsert_pod("replica", T4.name, (("cpu", 2000), (SHARED, 1)))
+    requests, workloads = state.pods_on(T4.name)
+    assert len(requests) == 2 and workloads == 1
