@@ -27,7 +27,9 @@ Three scoring policies, chosen by `extender.scoring`:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -125,34 +127,59 @@ def gpupack_orders(demand: PodDemand, snaps: Sequence[NodeSnapshot], policy: Pol
     resource = demand.gpu_resource
     if resource is not None and resource.startswith(contract.RESOURCE_MIG_PREFIX):
         return [mig_score(demand, snap, policy) for snap in snaps]
+    keep_empty = policy.extender.keep_empty_nodes
+    memo = book.orders
     out = [0] * len(snaps)
-    groups: dict[Ask, list[int]] = {}
+    groups: dict[Ask, list[tuple[int, OrderKey]]] = {}
     for i, snap in enumerate(snaps):
         ask = ask_of(demand.requests, snap.node)
-        if ask is not None:
-            groups.setdefault(ask, []).append(i)
+        if ask is None:
+            continue
+        node = snap.node
+        free_cpu, model = snap.free(CPU), book.model_id(node.product)
+        key = (ask, model, free_cpu, snap.gpu_free, snap.pods > 0, snap.empty, node.gpu_count, keep_empty)
+        order = memo.get(key)
+        if order is None:
+            groups.setdefault(ask, []).append((i, key))
+        else:
+            out[i] = _with_load(order, ask, snap, policy)
     for ask, rows in groups.items():
-        group = [snaps[i] for i in rows]
-        width = max(len(snap.gpu_free) for snap in group)
-        gpus = np.full((len(group), width), ABSENT, dtype=np.int64)
-        for row, snap in enumerate(group):
-            gpus[row, : len(snap.gpu_free)] = snap.gpu_free
-        cpu = np.array([snap.free(CPU) for snap in group], dtype=np.int64)
-        model = np.array([book.model_id(snap.node.product) for snap in group], dtype=np.int64)
-        score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
-        pods = np.array([snap.pods for snap in group], dtype=np.int64)
-        tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, pods, book.rho)
-        open_first = None
-        if policy.extender.keep_empty_nodes:
-            requested = np.array([not snap.empty for snap in group], dtype=np.bool_)
-            counts = np.array([snap.node.gpu_count for snap in group], dtype=np.int64)
-            open_first = stays_open(ask, requested, counts)
-        for i, snap, order in zip(rows, group, order_key(score, tie, open_first).tolist(), strict=True):
-            # Last, for replicas among otherwise equal nodes: the GPU load nearest the target. Every order gets the
-            # same radix, so a request whose pod is a replica on some nodes and whole GPUs on others compares alike.
-            load = round(MAX_SCORE * live_load(snap, policy)) if ask.sharing else 0
-            out[i] = order * (MAX_SCORE + 1) + load if order >= 0 else order
+        _orders(ask, [key for _, key in rows], book)
+        for i, key in rows:
+            out[i] = _with_load(memo[key], ask, snaps[i], policy)
     return out
+
+
+OrderKey = tuple[Ask, int, int, tuple[int, ...], bool, bool, int, bool]
+"""What a node's order depends on besides the shapes: the ask, GPU model column, free CPU, per-GPU free shares,
+whether it runs pods, whether it is empty of GPU requests, its GPU count, and `keepEmptyNodes`."""
+
+
+def _orders(ask: Ask, keys: list[OrderKey], book: ShapeBook) -> None:
+    """Compute the orders of node states the book has not seen, in one vectorized call, into `book.orders`."""
+    width = max(len(key[3]) for key in keys)
+    gpus = np.full((len(keys), width), ABSENT, dtype=np.int64)
+    for row, key in enumerate(keys):
+        gpus[row, : len(key[3])] = key[3]
+    model = np.array([key[1] for key in keys], dtype=np.int64)
+    cpu = np.array([key[2] for key in keys], dtype=np.int64)
+    score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
+    in_use = np.array([key[4] for key in keys], dtype=np.int64)
+    tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, in_use, book.rho)
+    open_first = None
+    if keys[0][7]:  # keepEmptyNodes
+        requested = np.array([not key[5] for key in keys], dtype=np.bool_)
+        open_first = stays_open(ask, requested, np.array([key[6] for key in keys], dtype=np.int64))
+    book.remember(zip(keys, order_key(score, tie, open_first).tolist(), strict=True))
+
+
+def _with_load(order: int, ask: Ask, snap: NodeSnapshot, policy: Policy) -> int:
+    """Last, for replicas among otherwise equal nodes: the GPU load nearest the target. Every order gets the same
+    radix, so a request whose pod is a replica on some nodes and whole GPUs on others compares alike."""
+    if order < 0:
+        return order
+    load = round(MAX_SCORE * live_load(snap, policy)) if ask.sharing else 0
+    return order * (MAX_SCORE + 1) + load
 
 
 def scores(demand: PodDemand, snaps: Sequence[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[int]:
@@ -179,6 +206,9 @@ def priorities(scores: Sequence[int | None], policy: Policy) -> list[int]:
     """
     if policy.extender.scoring != "gpupack":
         return [0 if s is None else s for s in scores]
-    distinct = sorted({s for s in scores if s is not None}, reverse=True)
-    rank = {s: max(MAX_SCORE - i, 1) for i, s in enumerate(distinct)}
-    return [0 if s is None else rank[s] for s in scores]
+    distinct = set(scores)
+    distinct.discard(None)
+    best = heapq.nlargest(MAX_SCORE - 1, distinct)  # type: ignore[type-var]
+    rank: dict[int | None, int] = {s: MAX_SCORE - i for i, s in enumerate(best)}
+    rank[None] = 0
+    return list(map(rank.get, scores, repeat(1)))

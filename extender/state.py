@@ -67,10 +67,12 @@ class ClusterState:
         self.pod_changes = 0
         """How many pod events were applied (the typical shapes re-count after enough of them)."""
         self.derived: dict[str, object] = {}
-        """Per node, a value computed from its record and pods (the GPU layout), dropped whenever the node changes."""
+        """Per node, a value computed from its record and bound pods (the GPU layout), dropped when either changes."""
 
-    def _touch(self, node: str) -> None:
-        self.derived.pop(node, None)
+    def _touch(self, node: str, bound: bool = True) -> None:
+        """Log a change of `node`'s inputs; `bound`: its record or bound pods changed (not only an assumption)."""
+        if bound:
+            self.derived.pop(node, None)
         self._changed.append(node)
         if len(self._changed) > CHANGE_LOG:  # readers that far behind start over
             self._changed_base += len(self._changed)
@@ -154,12 +156,12 @@ class ClusterState:
         self._forget_assumed(key)
         self._assumed[key] = Assumed(node, tuple(requests.items()), (now or time.monotonic()) + ttl)
         self._assumed_by_node.setdefault(node, set()).add(key)
-        self._touch(node)
+        self._touch(node, bound=False)
 
     def _forget_assumed(self, key: str) -> None:
         assumed = self._assumed.pop(key, None)
         if assumed is not None:
-            self._touch(assumed.node)
+            self._touch(assumed.node, bound=False)
             keys = self._assumed_by_node.get(assumed.node)
             if keys is not None:
                 keys.discard(key)
@@ -197,13 +199,11 @@ class ClusterState:
             _add(total, one.requests, +1)
         return total
 
-    def pods_on(self, node: str, now: float | None = None) -> tuple[list[Requests], int]:
-        """The requests of the pods bound to `node` in the order first seen, then of its live assumptions; and how
-        many of them are workloads (not DaemonSet pods)."""
+    def bound_on(self, node: str) -> tuple[list[Requests], int]:
+        """The requests of the pods bound to `node`, in the order first seen, and how many of them are workloads
+        (not DaemonSet pods)."""
         bound = self._by_node.get(node, _NO_PODS).values()
-        assumed = self.assumed_on(node, now)
-        requests = [p.requests for p in bound] + [a.requests for a in assumed]
-        return requests, sum(p.workload for p in bound) + len(assumed)
+        return [p.requests for p in bound], sum(p.workload for p in bound)
 
     def valid_until(self, node: str) -> float:
         """When the node's usage next changes by itself (its first assumption expiring; monotonic clock)."""

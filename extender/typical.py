@@ -18,7 +18,7 @@ and later); after a re-list, pods are replayed in list order rather than the ord
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
@@ -30,6 +30,11 @@ from gpupack import contract
 REFRESH_PODS = 16
 """Fewest pod events between two counts of the typical shapes (a small cluster's shapes settle after a few pods)."""
 _UNSEEN = Ask(-1, -1, -1)
+ASK_MEMO = 4096
+ORDER_MEMO = 50_000
+_ASKS: dict[tuple[Requests, int, frozenset[str]], Ask | None] = {}
+"""`ask_of` by (requests, replicas, GPU resources offered): a cluster has few pod shapes and node kinds, and a
+node's layout is replayed whenever one of its pods or assumptions changes."""
 GPU_MODELS = ("gpu",)
 """The shapes' model columns: gpupack's pods choose GPU models by node selectors, so every shape accepts any GPU."""
 
@@ -51,12 +56,15 @@ def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | No
     of NVIDIA's names. `count` replicas of `replicas` per GPU are `1000 * count // replicas` milli-GPU (rounded
     down, so that a GPU holds all its replicas); `replicas` or more of them take whole GPUs, as many as they
     cover, since the device plugin then hands out replicas of several GPUs."""
-    asked = dict(requests)
-    cpu = asked.get(CPU, 0)
-    gpus = [(r, n) for r, n in asked.items() if n > 0 and (r in node.shares or contract.is_gpu_resource(r))]
-    if not gpus:
+    cpu, resource, count = 0, "", 0
+    shares = node.shares
+    for name, n in requests.items() if isinstance(requests, Mapping) else requests:
+        if name == CPU:
+            cpu = n
+        elif not resource and n > 0 and (name in shares or contract.is_gpu_resource(name)):
+            resource, count = name, n
+    if not resource:
         return Ask(cpu, 0, 0)
-    resource, count = gpus[0]
     if resource == contract.RESOURCE_GPU:
         return Ask(cpu, MILLI, count)
     if resource.startswith(contract.RESOURCE_MIG_PREFIX) or resource not in node.shares:
@@ -67,19 +75,25 @@ def ask_of(requests: Mapping[str, int] | Requests, node: NodeRecord) -> Ask | No
     return Ask(cpu, MILLI * count // replicas, 1)
 
 
-def gpu_layout(node: NodeRecord, pods: Iterable[Requests]) -> list[int]:
-    """Free milli-GPU of each of the node's physical GPUs after its pods, placed as the device plugin packs them."""
-    mig = sum(n for r, n in node.allocatable.items() if r.startswith(contract.RESOURCE_MIG_PREFIX))
-    free = [MILLI] * node.gpu_count
-    if mig:
-        per_gpu = {r: node.shares[r] for r in node.allocatable if r.startswith(contract.RESOURCE_MIG_PREFIX)}
-        split = min(round(sum(node.allocatable[r] * s for r, s in per_gpu.items())), node.gpu_count)
-        free[node.gpu_count - split :] = [0] * split
-    asks: dict[Requests, Ask | None] = {}  # a node's pods are mostly replicas of a few shapes
+def gpu_layout(node: NodeRecord, pods: Iterable[Requests], start: Sequence[int] | None = None) -> list[int]:
+    """Free milli-GPU of each of the node's physical GPUs after its pods, placed as the device plugin packs them
+    (onto `start`, a layout already built, when given)."""
+    if start is not None:
+        free = list(start)
+    else:
+        free = [MILLI] * node.gpu_count
+        mig = {r: node.shares[r] for r in node.allocatable if r.startswith(contract.RESOURCE_MIG_PREFIX)}
+        if mig:  # GPUs split into MIG instances take no whole GPU and no replica
+            split = min(round(sum(node.allocatable[r] * s for r, s in mig.items())), node.gpu_count)
+            free[node.gpu_count - split :] = [0] * split
+    offered = frozenset(node.shares)  # what ask_of reads of the node, with its replicas
     for requests in pods:
-        ask = asks.get(requests, _UNSEEN)
+        key = (requests, node.replicas, offered)
+        ask = _ASKS.get(key, _UNSEEN)
         if ask is _UNSEEN:
-            ask = asks[requests] = ask_of(requests, node)
+            if len(_ASKS) >= ASK_MEMO:
+                _ASKS.clear()
+            ask = _ASKS[key] = ask_of(requests, node)
         if ask is None or ask.num_gpu == 0:
             continue
         if ask.sharing:
@@ -107,6 +121,9 @@ class ShapeBook:
         """Given shapes (tests, the trace comparison) are never re-counted."""
         self._counted_at: int | None = None
         self._epoch = -1
+        self.orders: dict[Hashable, int] = {}
+        """gpupack's order of node states under these shapes (`extender.score`): many nodes share a state, and
+        an assumption or a pod event moves a node into a state some other node was already in."""
 
     def model_id(self, product: str) -> int:
         """The access-matrix column of a node's GPU product (the first column when the shapes do not name it)."""
@@ -122,7 +139,14 @@ class ShapeBook:
         self._counted_at, self._epoch = state.pod_changes, state.epoch
         self.shapes = typical_shapes(_shapes_of(state), GPU_MODELS)
         self.rho = cpu_per_gpu(self.shapes)
+        self.orders = {}
         self.version += 1
+
+    def remember(self, orders: Iterable[tuple[Hashable, int]]) -> None:
+        """Keep computed orders (all dropped past `ORDER_MEMO` entries, or when the shapes are re-counted)."""
+        if len(self.orders) >= ORDER_MEMO:
+            self.orders = {}
+        self.orders.update(orders)
 
 
 def _shapes_of(state: ClusterState) -> Iterable[ShapeKey]:

@@ -134,14 +134,18 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSna
     utils = view.live.fresh_utils(name, wall, max_age)
     if view.policy.extender.scoring != "gpupack":
         return NodeSnapshot(record, state.used(name, now), utils)
-    used = state.used(name, now)  # drops expired assumptions first, so the layout below is current
-    layout = state.derived.get(name)
+    used = state.used(name, now)
+    layout = state.derived.get(name)  # the bound pods' layout: assumptions come and go far more often
     if not isinstance(layout, NodeLayout) or layout.record is not record:
-        pods, workloads = state.pods_on(name, now)
-        layout = NodeLayout(record, tuple(gpu_layout(record, pods)), workloads)
+        requests, workloads = state.bound_on(name)
+        layout = NodeLayout(record, tuple(gpu_layout(record, requests)), workloads)
         if state.nodes.get(name) is record:  # a node the request brings (full Nodes) is not kept
             state.derived[name] = layout
-    return NodeSnapshot(record, used, utils, layout.gpu_free, layout.pods)
+    assumed = state.assumed_on(name, now)
+    if not assumed:
+        return NodeSnapshot(record, used, utils, layout.gpu_free, layout.pods)
+    gpu_free = tuple(gpu_layout(record, [a.requests for a in assumed], layout.gpu_free))
+    return NodeSnapshot(record, used, utils, gpu_free, layout.pods + len(assumed))
 
 
 def judge(demand: PodDemand, snaps: list[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[Verdict]:

@@ -92,5 +92,22 @@ def test_daemonset_pods_do_not_put_a_node_in_use() -> None:
     state.replace_nodes([T4])
     state.upsert_pod("exporter", T4.name, (("cpu", 100),), workload=False)
     state.upsert_pod("replica", T4.name, (("cpu", 2000), (SHARED, 1)))
-    requests, workloads = state.pods_on(T4.name)
+    requests, workloads = state.bound_on(T4.name)
     assert len(requests) == 2 and workloads == 1
+
+
+def test_a_snapshot_counts_assumed_replicas_on_top_of_the_bound_layout_until_they_expire() -> None:
+    from extender.live import EMPTY
+    from extender.verbs import View, snapshot
+
+    state = ClusterState()
+    state.replace_nodes([T4])
+    state.upsert_pod("bound", T4.name, ((SHARED, 2),))
+    view = View(state, EMPTY, policy())
+    assert snapshot(T4, view, 0.0, 0.0).gpu_free == (500, 1000, 1000, 1000)
+    state.assume("next", T4.name, {SHARED: 1}, ttl=30, now=100.0)
+    snap = snapshot(T4, view, 110.0, 0.0)
+    assert snap.gpu_free == (250, 1000, 1000, 1000) and snap.pods == 2
+    assert snapshot(T4, view, 200.0, 0.0).gpu_free == (500, 1000, 1000, 1000)  # the assumption expired
+    state.upsert_pod("bound", T4.name, ((SHARED, 3),))  # a bound pod changed: the kept layout is dropped
+    assert snapshot(T4, view, 200.0, 0.0).gpu_free == (250, 1000, 1000, 1000)
