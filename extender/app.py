@@ -42,6 +42,10 @@ class ExtenderSettings:
     """kube-scheduler's default httpTimeout: a body slower than this is useless anyway."""
 
 
+RECOUNT_SECONDS = 60.0
+"""Least time between two counts of the typical pod shapes that pod churn triggers (a full list always counts)."""
+
+
 @dataclass(slots=True)
 class Extender:
     """What the handlers read: the policy store, the watch cache, the live metrics snapshot."""
@@ -56,7 +60,7 @@ class Extender:
     cache: DecisionCache = field(default_factory=DecisionCache)
     requests: RequestsCache = field(default_factory=RequestsCache)
     """Pending pods' requests by container-resources shape: kube-scheduler asks about a Deployment's replicas."""
-    book: ShapeBook = field(default_factory=ShapeBook)
+    book: ShapeBook = field(default_factory=lambda: ShapeBook(min_interval=RECOUNT_SECONDS))
     """The cluster's typical pod shapes, re-counted from the watch cache as pods change."""
 
     def view(self) -> View:

@@ -66,6 +66,8 @@ class ClusterState:
         """Bound pods per node, in the order they were first seen there (the order their GPUs were handed out)."""
         self.pod_changes = 0
         """How many pod events were applied (the typical shapes re-count after enough of them)."""
+        self.pod_lists = 0
+        """How many full pod lists replaced the pods (the typical shapes re-count after each)."""
         self.derived: dict[str, object] = {}
         """Per node, a value computed from its record and bound pods (the GPU layout), dropped when either changes."""
 
@@ -143,6 +145,7 @@ class ClusterState:
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = record
         self.pod_changes += len(self.pods) + 1
+        self.pod_lists += 1
         self.derived = {}
         for key in [k for k in self._assumed if k in self.pods]:
             self._forget_assumed(key)

@@ -8,9 +8,9 @@
   fits, whole GPUs to the lowest-indexed free ones). MIG-partitioned GPUs hold nothing a whole or time-sliced
   pod can take.
 - The typical shapes: FGD's most frequent pod shapes, counted over the pods the watch cache holds. They are
-  re-counted when enough pods changed (a twentieth of them, at least `REFRESH_PODS`) or after a full list, not on
-  every event: a count over 150,000 pods takes tens of milliseconds. DaemonSet pods are left out: every node runs
-  them, so they would outnumber every real shape.
+  re-counted when enough pods changed (a twentieth of them, at least `REFRESH_PODS`, and in the service at most
+  once a minute) or after a full list, not on every event: a count over 150,000 pods takes about 0.2 s.
+  DaemonSet pods are left out: every node runs them, so they would outnumber every real shape.
 
 The replay assumes the device plugin packs replicas (NVIDIA k8s-device-plugin's packed allocation policy, v0.20
 and later); after a re-list, pods are replayed in list order rather than the order they were bound.
@@ -18,7 +18,8 @@ and later); after a re-list, pods are replayed in list order rather than the ord
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
@@ -88,12 +89,7 @@ def gpu_layout(node: NodeRecord, pods: Iterable[Requests], start: Sequence[int] 
             free[node.gpu_count - split :] = [0] * split
     offered = frozenset(node.shares)  # what ask_of reads of the node, with its replicas
     for requests in pods:
-        key = (requests, node.replicas, offered)
-        ask = _ASKS.get(key, _UNSEEN)
-        if ask is _UNSEEN:
-            if len(_ASKS) >= ASK_MEMO:
-                _ASKS.clear()
-            ask = _ASKS[key] = ask_of(requests, node)
+        ask = _ask(requests, node, offered)
         if ask is None or ask.num_gpu == 0:
             continue
         if ask.sharing:
@@ -109,9 +105,17 @@ def gpu_layout(node: NodeRecord, pods: Iterable[Requests], start: Sequence[int] 
 class ShapeBook:
     """The cluster's typical pod shapes and their CPU-per-GPU ratio, re-counted from the watch cache now and then."""
 
-    def __init__(self, shapes: TypicalShapes | None = None, models: Sequence[str] = GPU_MODELS) -> None:
+    def __init__(
+        self,
+        shapes: TypicalShapes | None = None,
+        models: Sequence[str] = GPU_MODELS,
+        min_interval: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """`shapes` and `models` (the columns of its access matrix, by node product) are given only when the shapes
-        come from elsewhere (the trace comparison); by default they are counted from the cluster."""
+        come from elsewhere (the trace comparison); by default they are counted from the cluster. `min_interval`:
+        seconds between two counts that pod changes trigger (the service's loop must not count 150,000 pods every
+        time 5 % of them changed under heavy churn; the day simulator's clock is not the wall clock, so 0)."""
         self.models = {m: i for i, m in enumerate(models)}
         self.shapes = shapes if shapes is not None else typical_shapes((), GPU_MODELS)
         self.rho = cpu_per_gpu(self.shapes)
@@ -120,7 +124,10 @@ class ShapeBook:
         self.fixed = shapes is not None
         """Given shapes (tests, the trace comparison) are never re-counted."""
         self._counted_at: int | None = None
-        self._epoch = -1
+        self._lists = -1
+        self._last = float("-inf")
+        self.min_interval = min_interval
+        self.clock = clock
         self.orders: dict[Hashable, int] = {}
         """gpupack's order of node states under these shapes (`extender.score`): many nodes share a state, and
         an assumption or a pod event moves a node into a state some other node was already in."""
@@ -133,10 +140,12 @@ class ShapeBook:
         """Re-count when enough pods changed since the last count, after a full list, or when never counted."""
         if self.fixed:
             return
-        due = max(REFRESH_PODS, len(state.pods) // 20)
-        if self._epoch == state.epoch and self._counted_at is not None and state.pod_changes - self._counted_at < due:
-            return
-        self._counted_at, self._epoch = state.pod_changes, state.epoch
+        if self._counted_at is not None and self._lists == state.pod_lists:
+            if state.pod_changes - self._counted_at < max(REFRESH_PODS, len(state.pods) // 20):
+                return
+            if self.clock() - self._last < self.min_interval:
+                return
+        self._counted_at, self._lists, self._last = state.pod_changes, state.pod_lists, self.clock()
         self.shapes = typical_shapes(_shapes_of(state), GPU_MODELS)
         self.rho = cpu_per_gpu(self.shapes)
         self.orders = {}
@@ -151,10 +160,27 @@ class ShapeBook:
 
 def _shapes_of(state: ClusterState) -> Iterable[ShapeKey]:
     nodes = state.nodes
+    offered: dict[str, tuple[NodeRecord, frozenset[str]]] = {}
     for pod in state.pods.values():
         if not pod.workload:  # a DaemonSet's pods would outnumber every real shape
             continue
-        node = nodes.get(pod.node)
-        ask = None if node is None else ask_of(pod.requests, node)
+        found = offered.get(pod.node)
+        if found is None:
+            node = nodes.get(pod.node)
+            if node is None:
+                continue
+            found = offered[pod.node] = (node, frozenset(node.shares))
+        ask = _ask(pod.requests, *found)
         if ask is not None:
             yield (ask.cpu_milli, ask.gpu_milli, ask.num_gpu, ())
+
+
+def _ask(requests: Requests, node: NodeRecord, offered: frozenset[str]) -> Ask | None:
+    """`ask_of`, kept by (requests, replicas, resources offered)."""
+    key = (requests, node.replicas, offered)
+    ask = _ASKS.get(key, _UNSEEN)
+    if ask is _UNSEEN:
+        if len(_ASKS) >= ASK_MEMO:
+            _ASKS.clear()
+        ask = _ASKS[key] = ask_of(requests, node)
+    return ask

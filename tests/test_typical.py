@@ -111,3 +111,23 @@ def test_a_snapshot_counts_assumed_replicas_on_top_of_the_bound_layout_until_the
     assert snapshot(T4, view, 200.0, 0.0).gpu_free == (500, 1000, 1000, 1000)  # the assumption expired
     state.upsert_pod("bound", T4.name, ((SHARED, 3),))  # a bound pod changed: the kept layout is dropped
     assert snapshot(T4, view, 200.0, 0.0).gpu_free == (250, 1000, 1000, 1000)
+
+
+def test_the_service_counts_pod_churn_at_most_once_per_interval_but_always_after_a_list() -> None:
+    now = [0.0]
+    state = ClusterState()
+    state.replace_nodes([T4])
+    book = ShapeBook(min_interval=60.0, clock=lambda: now[0])
+    book.refresh(state)
+    assert book.version == 1
+    for i in range(REFRESH_PODS):
+        state.upsert_pod(f"r{i}", T4.name, (("cpu", 2000), (SHARED, 1)))
+    now[0] = 30.0
+    book.refresh(state)
+    assert book.version == 1  # enough changes, too soon
+    now[0] = 61.0
+    book.refresh(state)
+    assert book.version == 2 and book.shapes.keys == ((2000, 250, 1, ()),)
+    state.replace_pods([])
+    book.refresh(state)
+    assert book.version == 3  # a full list: at once
