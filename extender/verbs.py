@@ -14,6 +14,8 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 from typing import Any
 
 from extender.demand import PodDemand
@@ -187,6 +189,8 @@ def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict 
     key = (view.policy_version, view.book.version, demand.shape)
     table = cache.table(key, state, live.serial, now)
     out = list(map(table.get, names))  # the usual case: every verdict cached, no Python-level loop
+    if not any(map(is_, out, repeat(None))):  # still no Python-level loop (`None in out` would call __eq__)
+        return out
     missing = [(i, r) for i, found in enumerate(out) if found is None and (r := nodes.get(names[i])) is not None]
     if not missing:
         return out
