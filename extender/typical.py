@@ -9,7 +9,7 @@
   pod can take.
 - The typical shapes: FGD's most frequent pod shapes, counted over the pods the watch cache holds. They are
   re-counted when enough pods changed (a twentieth of them, at least `REFRESH_PODS`, and in the service at most
-  once a minute) or after a full list, not on every event: a count over 150,000 pods takes about 0.2 s.
+  once a minute) or after a full list, not on every event: a count over 150,000 pods takes about 0.3 s.
   DaemonSet pods are left out: every node runs them, so they would outnumber every real shape.
 
 The replay assumes the device plugin packs replicas (NVIDIA k8s-device-plugin's packed allocation policy, v0.20
