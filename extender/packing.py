@@ -16,7 +16,7 @@ on the Alibaba trace (simulator/research_gpupack.py records what else was tried 
 
 In an autoscaled cluster (`extender.keepEmptyNodes`, the default) one key comes before all of these: a GPU node
 with nothing requested on it goes last unless the pod fills it, so it stays empty and Cluster Autoscaler removes
-it. On a fixed cluster that key only costs packing (0.4-0.5 point of allocation on the trace), so it can be
+it. On a fixed cluster that key only costs packing (0.2-0.7 point of allocation on the trace), so it can be
 turned off; the trace comparison runs without it.
 
 Inside a node a sharing pod takes the fullest GPU that fits, as the NVIDIA device plugin's packed allocation
