@@ -156,8 +156,16 @@ class ClusterState:
         """Count `key` on `node` for `ttl` seconds, unless it is already seen bound."""
         if key in self.pods:
             return
+        counted = tuple(requests.items())
+        expires = (now or time.monotonic()) + ttl
+        same = self._assumed.get(key)
+        if same is not None and same.node == node and same.requests == counted and same.expires > (now or 0.0):
+            # kube-scheduler asking again about the same pod: only the expiry moves, so no decision is void (cached
+            # verdicts keep the earlier expiry and are merely re-decided sooner than needed)
+            self._assumed[key] = Assumed(node, counted, expires)
+            return
         self._forget_assumed(key)
-        self._assumed[key] = Assumed(node, tuple(requests.items()), (now or time.monotonic()) + ttl)
+        self._assumed[key] = Assumed(node, counted, expires)
         self._assumed_by_node.setdefault(node, set()).add(key)
         self._touch(node, bound=False)
 
@@ -185,6 +193,11 @@ class ClusterState:
             else:
                 live.append(assumed)
         return live
+
+    def assumed_node(self, key: str) -> str | None:
+        """The node `key` is assumed on (None when it is not, or no longer, assumed)."""
+        assumed = self._assumed.get(key)
+        return None if assumed is None else assumed.node
 
     def assumed_count(self) -> int:
         """Assumptions held (expired ones included until their node is next read)."""

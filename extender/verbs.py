@@ -223,12 +223,18 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
 
 
 def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, int]]:
-    """Score each candidate 0..10 and assume the pod on the best one (the first of equals)."""
+    """Score each candidate 0..10 and assume the pod on the best one (the first of equals, or the node it is already
+    assumed on when that is one of them)."""
     names = args.names
     found = verdicts(demand, args, view)
     values = priorities([None if v is None else v.score for v in found], view.policy)
     if values and demand.gpu_resource is not None:
-        _assume(demand, names[values.index(max(values))], view, time.monotonic())
+        best = max(values)
+        target = names[values.index(best)]
+        already = view.state.assumed_node(demand.key)  # a retry keeps its node among equals: no decision is voided
+        if already is not None and already != target and already in names and values[names.index(already)] == best:
+            target = already
+        _assume(demand, target, view, time.monotonic())
     return list(zip(names, values, strict=True))
 
 

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from extender.app import make_app
+from extender.demand import pod_key
 from tests.conftest import recorded_text
 from tests.extender_kit import EXTENDER_FIXTURES, GO_FILTER_KEYS, extender_for, recorded_args, recorded_nodes, registry
 
@@ -102,3 +103,19 @@ async def test_go_decoder_key_case_is_accepted(aiohttp_client: Any) -> None:
     lowered = {"pod": args["Pod"], "nodenames": args["NodeNames"], "nodes": None}
     body = await (await client.post("/filter", json=lowered)).json()
     assert body["NodeNames"] == args["NodeNames"] and body["Error"] == ""
+
+
+async def test_asking_again_about_the_same_pod_keeps_its_assumption_and_voids_nothing(aiohttp_client: Any) -> None:
+    """kube-scheduler retries: the same pod prioritized again stays assumed on the same node, and only the
+    assumption's expiry moves, so no cached decision is dropped."""
+    extender = extender_for(recorded_nodes())
+    client = await aiohttp_client(make_app(extender, registry()))
+    args = recorded_args("001-prioritize-llm-infer-7b-abc12.json")
+    key = pod_key(args["Pod"]["metadata"])
+    await client.post("/prioritize", json=args)
+    node, changes = extender.state.assumed_node(key), extender.state.change_count
+    assert node is not None
+    for _ in range(3):
+        await client.post("/prioritize", json=args)
+        assert extender.state.assumed_node(key) == node
+    assert extender.state.change_count == changes and extender.state.assumed_count() == 1
