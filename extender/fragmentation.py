@@ -15,7 +15,7 @@ floats would break the many exact ties between nodes by rounding noise (SOURCE.m
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -123,12 +123,25 @@ def fragmentation(shapes: TypicalShapes, model: Ints, cpu_free: Ints, gpu_free: 
     return result
 
 
+DEDUPE_ABOVE = 32
+"""Batches of node states larger than this are computed once per distinct state (empty nodes of one type are many)."""
+
+
+def per_distinct_state(
+    fn: Callable[[Ints, Ints, Ints], tuple[Ints, ...]], model: Ints, cpu: Ints, gpus: Ints
+) -> tuple[Ints, ...]:
+    """`fn(model, cpu, gpus)` (arrays over node states, each result one value per state), computing each distinct
+    (model, cpu, GPUs) state once when the batch is large."""
+    if model.size <= DEDUPE_ABOVE:
+        return fn(model, cpu, gpus)
+    unique, inverse = np.unique(np.column_stack([model, cpu, gpus]), axis=0, return_inverse=True)
+    index = inverse.reshape(-1)
+    return tuple(values[index] for values in fn(unique[:, 0], unique[:, 1], unique[:, 2:]))
+
+
 def node_fragmentation(shapes: TypicalShapes, state_model: Ints, cpu_free: Ints, gpu_free: Ints) -> Ints:
     """`fragmentation()` for many nodes at once, computing each distinct (model, cpu, GPUs) state only once."""
-    if len(state_model) <= 32:
-        return fragmentation(shapes, state_model, cpu_free, gpu_free)
-    rows = np.column_stack([state_model, cpu_free, gpu_free])
-    unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-    values = fragmentation(shapes, unique[:, 0], unique[:, 1], unique[:, 2:])
-    result: Ints = values[inverse.reshape(-1)]
+    (result,) = per_distinct_state(
+        lambda model, cpu, gpus: (fragmentation(shapes, model, cpu, gpus),), state_model, cpu_free, gpu_free
+    )
     return result

@@ -41,6 +41,9 @@ Bools = NDArray[np.bool_]
 
 MILLI = 1000
 """Milli-GPU in one GPU."""
+ABSENT = -1
+"""Free milli-GPU recorded for a GPU slot a node does not have: it never fits, and `np.maximum(free, 0)` sums it
+away (rows of nodes with different GPU counts share one array)."""
 FGD_RESOLUTION = 100
 """FGD's integer score range: `int(100 * sigmoid(...))`."""
 STRANDED_SPAN = 1000
@@ -73,10 +76,11 @@ class Ask:
         return self.num_gpu * self.gpu_milli
 
 
-def fgd_score(decrease: Ints, shapes: TypicalShapes) -> Ints:
-    """`int64(100 * sigmoid(dF / 1000))`, with `decrease` = C * dF in exact integers (C: the shapes' total count)."""
+def fgd_score(decrease: Ints, shapes: TypicalShapes, resolution: int = FGD_RESOLUTION) -> Ints:
+    """`int64(100 * sigmoid(dF / 1000))`, with `decrease` = C * dF in exact integers (C: the shapes' total count);
+    `resolution` replaces the 100 (the research variants try others)."""
     x = decrease / (float(shapes.total) * 1000.0 if shapes.total else 1.0)
-    result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(FGD_RESOLUTION)).astype(np.int64)
+    result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(resolution)).astype(np.int64)
     return result
 
 

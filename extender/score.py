@@ -35,15 +35,13 @@ import numpy as np
 
 from extender.demand import PodDemand
 from extender.inventory import CPU, MEMORY
-from extender.packing import Ask, order_key, packed_scores, stays_open, tie_key
+from extender.packing import ABSENT, Ask, order_key, packed_scores, stays_open, tie_key
 from extender.snapshot import NodeSnapshot
 from extender.typical import ShapeBook, ask_of
 from gpupack import contract
 from gpupack.policy import Policy
 
 MAX_SCORE = 10
-ABSENT = -1
-"""Free milli-GPU of a GPU slot a node does not have (rows of different widths scored together)."""
 NEUTRAL_LOAD = 0.5
 
 

@@ -204,10 +204,12 @@ class ClusterState:
         return len(self._assumed)
 
     # reading -----------------------------------------------------------------------------------------------
-    def used(self, node: str, now: float | None = None) -> Mapping[str, int]:
-        """What bound pods and live assumptions use on `node` (read-only: it may be the running sums)."""
+    def used(self, node: str, now: float | None = None, assumed: list[Assumed] | None = None) -> Mapping[str, int]:
+        """What bound pods and live assumptions use on `node` (read-only: it may be the running sums). `assumed`:
+        the node's `assumed_on` when the caller already has it."""
         usage = self._usage.get(node, _NOTHING)
-        assumed = self.assumed_on(node, now)
+        if assumed is None:
+            assumed = self.assumed_on(node, now)
         if not assumed:
             return usage
         total = dict(usage)

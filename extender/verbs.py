@@ -136,14 +136,14 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSna
     utils = view.live.fresh_utils(name, wall, max_age)
     if view.policy.extender.scoring != "gpupack":
         return NodeSnapshot(record, state.used(name, now), utils)
-    used = state.used(name, now)
+    assumed = state.assumed_on(name, now)  # drops expired ones first
+    used = state.used(name, now, assumed)
     layout = state.derived.get(name)  # the bound pods' layout: assumptions come and go far more often
     if not isinstance(layout, NodeLayout) or layout.record is not record:
         requests, workloads = state.bound_on(name)
         layout = NodeLayout(record, tuple(gpu_layout(record, requests)), workloads)
         if state.nodes.get(name) is record:  # a node the request brings (full Nodes) is not kept
             state.derived[name] = layout
-    assumed = state.assumed_on(name, now)
     if not assumed:
         return NodeSnapshot(record, used, utils, layout.gpu_free, layout.pods)
     gpu_free = tuple(gpu_layout(record, [a.requests for a in assumed], layout.gpu_free))

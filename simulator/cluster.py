@@ -13,13 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from extender.packing import ABSENT
 from simulator.trace import MILLI, NodeRecord, PodRecord
 
 MAX_GPUS = 8
 """GPUs per node in the trace (8 at most); the width of the per-GPU matrix."""
 
-ABSENT = -1
-"""Free milli-GPU recorded for a GPU slot the node does not have."""
 
 Ints = NDArray[np.int64]
 Bools = NDArray[np.bool_]

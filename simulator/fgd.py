@@ -18,15 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.fragmentation import TypicalShapes
+from extender.fragmentation import TypicalShapes, per_distinct_state
 from extender.packing import Ask, fgd_score, sharing_decrease, whole_decrease
 from simulator.cluster import ClusterState, Placement
 from simulator.devices import exclusive_gpus
 from simulator.policy import Bools, Ints, Policy, PolicyContext
 from simulator.trace import PodRecord
-
-DEDUPE_ABOVE = 32
-"""Stale-node batches larger than this are deduplicated by node state before scoring."""
 
 StateScorer = Callable[[TypicalShapes, Ask, Ints, Ints, Ints], tuple[Ints, Ints]]
 """(shapes, ask, model [K], free CPU [K], free milli per GPU [K, G]) -> (score, GPU for a sharing pod or -1)."""
@@ -75,16 +72,13 @@ class ShapeScoreCache:
             self._cache[key] = entry
         stale = np.flatnonzero(entry.version != state.version)
         if stale.size:
-            ask = ask_of(pod)
-            model, cpu, gpus = state.model_id[stale], state.cpu_free[stale], state.gpu_free[stale]
-            if stale.size > DEDUPE_ABOVE:
-                rows = np.column_stack([model, cpu, gpus])
-                unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-                score, gpu = self.scorer(self.shapes, ask, unique[:, 0], unique[:, 1], unique[:, 2:])
-                inverse = inverse.reshape(-1)
-                score, gpu = score[inverse], gpu[inverse]
-            else:
-                score, gpu = self.scorer(self.shapes, ask, model, cpu, gpus)
+            ask, shapes, scorer = ask_of(pod), self.shapes, self.scorer
+            score, gpu = per_distinct_state(
+                lambda model, cpu, gpus: scorer(shapes, ask, model, cpu, gpus),
+                state.model_id[stale],
+                state.cpu_free[stale],
+                state.gpu_free[stale],
+            )
             entry.score[stale] = score
             entry.gpu[stale] = gpu
             entry.version[stale] = state.version[stale]

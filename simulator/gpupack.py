@@ -33,6 +33,9 @@ class GpupackPolicy:
     def order(self, pod: PodRecord, state: ClusterState, nodes: Ints) -> Ints:
         """The extender's order key of each node in `nodes` for the pod (higher goes first)."""
         score, _ = self.cache.scores(pod, state)
+        return self._order(pod, state, nodes, score)
+
+    def _order(self, pod: PodRecord, state: ClusterState, nodes: Ints, score: Ints) -> Ints:
         ask = ask_of(pod)
         tie = tie_key(ask, state.gpu_left[nodes], state.cpu_free[nodes], state.pod_count[nodes], self.rho)
         open_first = None
@@ -46,10 +49,10 @@ class GpupackPolicy:
         candidates = np.flatnonzero(feasible)
         if candidates.size == 0:
             return None
-        key = self.order(pod, state, candidates)
+        score, gpu = self.cache.scores(pod, state)
+        key = self._order(pod, state, candidates, score)
         best = candidates[key == key.max()]
         node = int(best[np.argmax(self.tiebreak[best])])
-        _, gpu = self.cache.scores(pod, state)
         return place_on(pod, state, node, int(gpu[node]))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from extender.fragmentation import TypicalShapes
-from extender.packing import FGD_RESOLUTION, Ask, cpu_per_gpu, sharing_decrease, whole_decrease
+from extender.packing import FGD_RESOLUTION, Ask, cpu_per_gpu, fgd_score, sharing_decrease, whole_decrease
 from simulator.cluster import ClusterState, Placement
 from simulator.fgd import ShapeScoreCache, StateScorer, fgd_states, place_on
 from simulator.policy import Bools, Ints, Policy, PolicyContext, PolicyFactory
@@ -112,13 +112,6 @@ def same_keys(keys: Sequence[Key]) -> KindKeys:
     return KindKeys(tuple(keys), tuple(keys), tuple(keys))
 
 
-def _scaled(decrease: Ints, shapes: TypicalShapes, resolution: int) -> Ints:
-    """int64(resolution * sigmoid(decrease / 1000)), FGD's score at `resolution` (FGD: 100)."""
-    x = decrease / (float(shapes.total) * 1000.0)
-    result: Ints = ((1.0 / (1.0 + np.exp(-x))) * float(resolution)).astype(np.int64)
-    return result
-
-
 def lex_states(tight_gpu: bool, resolution: int) -> StateScorer:
     """FGD's state scorer, at another `resolution`, or with a sharing pod's GPU ties (equal FGD score inside the
     node) going to the GPU with the least free share instead of the lowest index (`tight_gpu`)."""
@@ -129,11 +122,11 @@ def lex_states(tight_gpu: bool, resolution: int) -> StateScorer:
         count = model.size
         if not ask.sharing:
             decrease = whole_decrease(shapes, ask, model, cpu, gpus)
-            return _scaled(decrease, shapes, resolution), np.full(count, -1, np.int64)
+            return fgd_score(decrease, shapes, resolution), np.full(count, -1, np.int64)
         rows, cols, decrease = sharing_decrease(shapes, ask, model, cpu, gpus)
         slack = gpus[rows, cols] - ask.gpu_milli if tight_gpu else np.full(rows.size, MILLI - 1)
         grid = np.full(gpus.shape, -1, np.int64)
-        grid[rows, cols] = _scaled(decrease, shapes, resolution) * MILLI + (MILLI - 1 - slack)
+        grid[rows, cols] = fgd_score(decrease, shapes, resolution) * MILLI + (MILLI - 1 - slack)
         choice: Ints = np.argmax(grid, axis=1).astype(np.int64)
         best: Ints = grid[np.arange(count), choice]
         return np.where(best >= 0, best // MILLI, -1), np.where(best >= 0, choice, -1)
