@@ -125,7 +125,8 @@ async def prioritize_handler(request: web.Request) -> web.Response:
     try:
         args = await _args(request, extender)
         view = extender.view()
-        body = priority_list(prioritize_nodes(demand_of(args.pod, view.policy, extender.requests), args, view))
+        demand = demand_of(args.pod, view.policy, extender.requests)
+        body = priority_list(args.names, prioritize_nodes(demand, args, view))
     except Exception as exc:
         _refused(extender, "prioritize", exc, request)
         body = b"[]"

@@ -179,8 +179,12 @@ class ClusterState:
                 if not keys:
                     del self._assumed_by_node[assumed.node]
 
-    def assumed_on(self, node: str, now: float | None = None) -> list[Assumed]:
-        """Live assumptions on `node`; expired ones are dropped on the way."""
+    def assumed_on(self, node: str, now: float | None = None, excluding: str | None = None) -> list[Assumed]:
+        """Live assumptions on `node`, but for pod `excluding`; expired ones are dropped on the way.
+
+        A pod asked about again (kube-scheduler retrying it) must not see its own assumption: it would compete
+        with itself for the node it was ranked first on, and be filtered out of a node it alone fills.
+        """
         keys = self._assumed_by_node.get(node)
         if not keys:
             return []
@@ -190,7 +194,7 @@ class ClusterState:
             assumed = self._assumed[key]
             if assumed.expires <= now:
                 self._forget_assumed(key)
-            else:
+            elif key != excluding:
                 live.append(assumed)
         return live
 

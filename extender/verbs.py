@@ -14,8 +14,8 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import is_
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from extender.demand import PodDemand
@@ -43,10 +43,13 @@ class Verdict:
 class _Table:
     """The verdicts of one pod shape, and up to which state change, epoch and live snapshot they are current."""
 
-    __slots__ = ("epoch", "expiry", "position", "serial", "until", "verdicts")
+    __slots__ = ("epoch", "expiry", "own", "position", "serial", "until", "verdicts")
 
     def __init__(self) -> None:
         self.verdicts: dict[str, Verdict] = {}
+        self.own: dict[str, tuple[str, Verdict]] = {}
+        """Per node, the verdict for the one pod assumed there that is asked about again, without its own
+        assumption (`verdicts` counts it, as every other pod of the shape must)."""
         self.position = -1
         self.epoch = -1
         self.serial = -1
@@ -54,6 +57,16 @@ class _Table:
         """Per node whose verdict expires by itself: when (the earlier of assumption expiry and data ageing)."""
         self.until = float("inf")
         """The earliest of `expiry`."""
+
+    def drop(self, name: str) -> None:
+        """Forget what was decided on node `name`."""
+        self.verdicts.pop(name, None)
+        self.own.pop(name, None)
+
+    def own_verdict(self, name: str, pod: str) -> Verdict | None:
+        """The verdict kept for `pod` on the node it is assumed on, if any."""
+        kept = self.own.get(name)
+        return kept[1] if kept is not None and kept[0] == pod else None
 
 
 class DecisionCache:
@@ -71,7 +84,7 @@ class DecisionCache:
         self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
         self._shapes = shapes
 
-    def table(self, key: tuple[object, ...], state: ClusterState, serial: int, clock: float) -> dict[str, Verdict]:
+    def table(self, key: tuple[object, ...], state: ClusterState, serial: int, clock: float) -> _Table:
         """The current verdicts of one (policy version, pod shape); least recently used shapes are evicted."""
         table = self._tables.get(key)
         if table is None:
@@ -83,24 +96,25 @@ class DecisionCache:
         changed = state.changed_since(table.position)
         if table.epoch != state.epoch or table.serial != serial or changed is None:
             table.verdicts.clear()
+            table.own.clear()
             table.expiry.clear()
             table.until = float("inf")
             table.epoch, table.serial = state.epoch, serial
         else:
             for name in changed:
-                table.verdicts.pop(name, None)
+                table.drop(name)
         table.position = state.change_count
         if clock >= table.until:
             for name in [n for n, t in table.expiry.items() if clock >= t]:
-                table.verdicts.pop(name, None)
+                table.drop(name)
                 del table.expiry[name]
             table.until = min(table.expiry.values(), default=float("inf"))
-        return table.verdicts
+        return table
 
     def expires(self, key: tuple[object, ...], name: str, when: float) -> None:
         """Record that the verdict just stored for `name` expires at `when` (a time on `clock`'s scale)."""
         table = self._tables[key]
-        table.expiry[name] = when
+        table.expiry[name] = min(when, table.expiry.get(name, when))
         table.until = min(table.until, when)
 
 
@@ -128,15 +142,15 @@ class FilterOutcome:
     """The kind of each rejection (for the filter-reason counter)."""
 
 
-def snapshot(record: NodeRecord, view: View, now: float, wall: float) -> NodeSnapshot:
-    """One node with its usage (bound + assumed) and fresh GPU utilizations, and under `gpupack` scoring the free
-    share of each GPU and the pod count."""
+def snapshot(record: NodeRecord, view: View, now: float, wall: float, pod: str | None = None) -> NodeSnapshot:
+    """One node with its usage (bound + assumed, but for `pod`'s own assumption) and fresh GPU utilizations, and
+    under `gpupack` scoring the free share of each GPU and the pod count."""
     max_age = view.policy.extender.metrics.max_age_seconds
     name, state = record.name, view.state
     utils = view.live.fresh_utils(name, wall, max_age)
+    assumed = state.assumed_on(name, now, pod)  # drops expired ones first
     if view.policy.extender.scoring != "gpupack":
-        return NodeSnapshot(record, state.used(name, now), utils)
-    assumed = state.assumed_on(name, now)  # drops expired ones first
+        return NodeSnapshot(record, state.used(name, now, assumed), utils)
     used = state.used(name, now, assumed)
     layout = state.derived.get(name)  # the bound pods' layout: assumptions come and go far more often
     if not isinstance(layout, NodeLayout) or layout.record is not record:
@@ -164,10 +178,11 @@ def verdict(demand: PodDemand, snap: NodeSnapshot, policy: Policy, book: ShapeBo
 def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict | None]:
     """The verdict on each candidate, in the order of `args.names`; None for a name the cache does not know.
 
-    Raises ArgsError for unreadable full Nodes (those are decided afresh: they are the scheduler's view).
+    The pod's own assumption (kube-scheduler asking again about a pod it has not bound yet) is left out of every
+    decision. Raises ArgsError for unreadable full Nodes (those are decided afresh: they are the scheduler's view).
     """
     now, wall = time.monotonic(), time.time()
-    policy = view.policy
+    policy, pod = view.policy, demand.key
     if args.nodes is not None:
         records = []
         for node in args.nodes:
@@ -175,29 +190,39 @@ def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict 
                 records.append(node_from_json(node, policy))
             except ValueError as exc:
                 raise ArgsError(f"ExtenderArgs.Nodes: {exc}") from exc
-        return list(judge(demand, [snapshot(r, view, now, wall) for r in records], policy, view.book))
+        return list(judge(demand, [snapshot(r, view, now, wall, pod) for r in records], policy, view.book))
     state, live, cache = view.state, view.live, view.cache
     nodes, names = state.nodes, args.names
     max_age = policy.extender.metrics.max_age_seconds
     if cache is None:
         out: list[Verdict | None] = [None] * len(names)
         known = [(i, r) for i, name in enumerate(names) if (r := nodes.get(name)) is not None]
-        fresh = judge(demand, [snapshot(r, view, now, wall) for _, r in known], policy, view.book)
+        fresh = judge(demand, [snapshot(r, view, now, wall, pod) for _, r in known], policy, view.book)
         for (i, _), found in zip(known, fresh, strict=True):
             out[i] = found
         return out
     key = (view.policy_version, view.book.version, demand.shape)
     table = cache.table(key, state, live.serial, now)
-    out = list(map(table.get, names))  # the usual case: every verdict cached, no Python-level loop
+    out = list(map(table.verdicts.get, names))  # the usual case: every verdict cached, no Python-level loop
+    own = state.assumed_node(pod)
+    if own is not None:  # the shape's verdict on the pod's own node counts the pod: use (or decide) one without it
+        try:
+            out[names.index(own)] = table.own_verdict(own, pod)
+        except ValueError:  # not a candidate this time
+            pass
     if not any(map(is_, out, repeat(None))):  # still no Python-level loop (`None in out` would call __eq__)
         return out
     missing = [(i, r) for i, found in enumerate(out) if found is None and (r := nodes.get(names[i])) is not None]
     if not missing:
         return out
-    fresh = judge(demand, [snapshot(r, view, now, wall) for _, r in missing], policy, view.book)
+    fresh = judge(demand, [snapshot(r, view, now, wall, pod) for _, r in missing], policy, view.book)
     for (i, record), found in zip(missing, fresh, strict=True):
         name = record.name
-        out[i] = table[name] = found
+        out[i] = found
+        if name == own:
+            table.own[name] = (pod, found)
+        else:  # the pod is not assumed here: the verdict holds for every pod of its shape
+            table.verdicts[name] = found
         # One clock for expiry: the monotonic one (assumptions), with data age converted from wall time.
         until = min(state.valid_until(name), now + (live.fresh_until(name, wall, max_age) - wall))
         if until != float("inf"):
@@ -209,9 +234,15 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
     """Apply `extender.filter.reject` to each candidate. Raises ArgsError for unreadable full Nodes."""
     names = args.names
     found = verdicts(demand, args, view)
-    outcome = FilterOutcome([n for n, v in zip(names, found, strict=True) if v is None or v.rejection is None])
+    if any(map(is_, found, repeat(None))):  # names the cache does not know pass
+        rejections = [None if v is None else v.rejection for v in found]
+    else:  # the usual case, without a Python-level loop
+        rejections = list(map(_REJECTION, found))
+    outcome = FilterOutcome(list(compress(names, map(is_, rejections, repeat(None)))))
     if len(outcome.passed) < len(names):
-        for name, rejection in [(n, v.rejection) for n, v in zip(names, found, strict=True) if v and v.rejection]:
+        for name, rejection in zip(names, rejections, strict=True):
+            if rejection is None:
+                continue
             outcome.kinds.append(rejection.kind)
             if rejection.unresolvable:
                 outcome.unresolvable[name] = rejection.reason
@@ -222,12 +253,19 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
     return outcome
 
 
-def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[tuple[str, int]]:
-    """Score each candidate 0..10 and assume the pod on the best one (the first of equals, or the node it is already
-    assumed on when that is one of them)."""
+_REJECTION = attrgetter("rejection")
+_SCORE = attrgetter("score")
+
+
+def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[int]:
+    """Score each candidate 0..10, in the order of `args.names`, and assume the pod on the best one (the first of
+    equals, or the node it is already assumed on when that is one of them)."""
     names = args.names
     found = verdicts(demand, args, view)
-    values = priorities([None if v is None else v.score for v in found], view.policy)
+    if any(map(is_, found, repeat(None))):
+        values = priorities([None if v is None else v.score for v in found], view.policy)
+    else:
+        values = priorities(list(map(_SCORE, found)), view.policy)
     if values and demand.gpu_resource is not None:
         best = max(values)
         target = names[values.index(best)]
@@ -235,7 +273,7 @@ def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[
         if already is not None and already != target and already in names and values[names.index(already)] == best:
             target = already
         _assume(demand, target, view, time.monotonic())
-    return list(zip(names, values, strict=True))
+    return values
 
 
 def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:

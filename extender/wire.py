@@ -101,6 +101,6 @@ def filter_result(
     return orjson.dumps(body)
 
 
-def priority_list(scores: list[tuple[str, int]]) -> bytes:
-    """HostPriorityList."""
-    return orjson.dumps([{"Host": host, "Score": score} for host, score in scores])
+def priority_list(names: list[str], scores: list[int]) -> bytes:
+    """HostPriorityList: `{"Host": name, "Score": score}` for each node, in order."""
+    return orjson.dumps([{"Host": host, "Score": score} for host, score in zip(names, scores, strict=True)])

@@ -26,6 +26,7 @@ NODES = [
     node("h100-spot", {GPU: 8}, {**H100, "node-type": "spot"}),
 ]
 PODS = [gpu_pod(MIG), gpu_pod(SHARED), gpu_pod(GPU, 2, "training"), gpu_pod(SHARED, 1, "batch")]
+OTHER = {"name": "q", "uid": "uid-q"}
 
 
 class Clock:
@@ -60,9 +61,11 @@ def test_cached_verdicts_equal_fresh_ones(seed: int, monkeypatch: pytest.MonkeyP
     cache = DecisionCache()
     live = EMPTY
     args = ExtenderArgs({}, [n["metadata"]["name"] for n in NODES] + ["unknown"], None)
-    demands = [demand_of(p, pol) for p in PODS]
+    # two pods of each shape, "p" and "q": when one is assumed on a node, the other must see it there
+    others = [{**p, "metadata": {**p["metadata"], **OTHER}} for p in PODS]
+    demands = [demand_of(p, pol) for p in PODS + others]
     for step in range(150):
-        action = rng.randrange(6)
+        action = rng.randrange(7)
         target = rng.choice(["a100", "t4", "h100", "h100-spot"])
         resource = rng.choice([MIG, SHARED, GPU])
         if action == 0:
@@ -75,8 +78,10 @@ def test_cached_verdicts_equal_fresh_ones(seed: int, monkeypatch: pytest.MonkeyP
             clock.now += rng.uniform(0, 2.5)
         elif action == 4:
             live = live_snapshot(rng, clock.now)
-        else:
+        elif action == 5:
             state.upsert_node(node_from_json(rng.choice(NODES), pol))
+        else:  # a probed pod itself assumed, as a prioritize leaves it
+            state.assume(rng.choice(["uid-p", "uid-q"]), target, rng.choice(demands).requests, 3.0, clock.now)
         for demand in demands:
             cached = verdicts(demand, args, View(state, live, pol, "v", cache))
             fresh = verdicts(demand, args, View(state, live, pol, "v", None))

@@ -119,3 +119,31 @@ async def test_asking_again_about_the_same_pod_keeps_its_assumption_and_voids_no
         await client.post("/prioritize", json=args)
         assert extender.state.assumed_node(key) == node
     assert extender.state.change_count == changes and extender.state.assumed_count() == 1
+
+
+@pytest.mark.parametrize("scoring", ["gpupack", "spread"])
+async def test_a_retried_pod_is_not_crowded_out_by_its_own_assumption(aiohttp_client: Any, scoring: str) -> None:
+    """ddp-worker-0, asking for all 8 GPUs of h100-spot-1, is assumed there by the filter. When kube-scheduler asks
+    again (the bind failed, or the pod was requeued), the node must still pass for it and keep its assumption:
+    counting the pod against itself would leave it unschedulable until the assumption expires. Another pod of
+    the same shape still sees the node full."""
+    extender = extender_for(recorded_nodes(), doc=f"extender: {{scoring: {scoring}}}")
+    client = await aiohttp_client(make_app(extender, registry()))
+    args = recorded_args("004-filter-ddp-worker-0.json")
+    resources = args["Pod"]["spec"]["containers"][0]["resources"]
+    resources["requests"]["nvidia.com/gpu"] = resources["limits"]["nvidia.com/gpu"] = "8"
+    key = pod_key(args["Pod"]["metadata"])
+    answers = []
+    for _ in range(3):
+        body = await (await client.post("/filter", json=args)).json()
+        assert body["NodeNames"] == ["h100-spot-1"] and body["FailedNodes"] == {}
+        assert extender.state.assumed_node(key) == "h100-spot-1"
+        answers.append(await (await client.post("/prioritize", json=args)).json())
+    assert answers[0] == answers[1] == answers[2]  # the same node state each time: the pod's own is left out
+    assert answers[0] == [{"Host": "h100-spot-1", "Score": 10 if scoring == "gpupack" else 6}]
+    state = await (await client.get("/state")).json()
+    assert state["nodes"]["h100-spot-1"]["free"]["nvidia.com/gpu"] == 0
+    other = json.loads(json.dumps(args))
+    other["Pod"]["metadata"].update(name="ddp-worker-1", uid="uid-ddp-worker-1")
+    body = await (await client.post("/filter", json=other)).json()
+    assert body["NodeNames"] == [] and "h100-spot-1" in body["FailedNodes"]

@@ -90,7 +90,7 @@ def main() -> int:
             if verb == "filter":
                 outcome = filter_nodes(demand, parsed, view)
                 return filter_result(parsed, outcome.passed, outcome.failed, outcome.unresolvable)
-            return priority_list(prioritize_nodes(demand, parsed, view))
+            return priority_list(parsed.names, prioritize_nodes(demand, parsed, view))
 
         for verb in ("filter", "prioritize"):
             started = time.perf_counter()
