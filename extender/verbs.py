@@ -103,6 +103,7 @@ class DecisionCache:
         else:
             for name in changed:
                 table.drop(name)
+                table.expiry.pop(name, None)  # the next verdict there brings its own
         table.position = state.change_count
         if clock >= table.until:
             for name in [n for n, t in table.expiry.items() if clock >= t]:
@@ -206,9 +207,12 @@ def verdicts(demand: PodDemand, args: ExtenderArgs, view: View) -> list[Verdict 
     out = list(map(table.verdicts.get, names))  # the usual case: every verdict cached, no Python-level loop
     own = state.assumed_node(pod)
     if own is not None:  # the shape's verdict on the pod's own node counts the pod: use (or decide) one without it
+        kept, at = table.own_verdict(own, pod), -1
         try:
-            out[names.index(own)] = table.own_verdict(own, pod)
-        except ValueError:  # not a candidate this time
+            while True:  # every copy of the name (kube-scheduler sends a set; a hand-made request may not)
+                at = names.index(own, at + 1)
+                out[at] = kept
+        except ValueError:  # no (further) copy among the candidates
             pass
     if not any(map(is_, out, repeat(None))):  # still no Python-level loop (`None in out` would call __eq__)
         return out

@@ -60,7 +60,8 @@ def test_cached_verdicts_equal_fresh_ones(seed: int, monkeypatch: pytest.MonkeyP
     state.replace_nodes(node_from_json(n, pol) for n in NODES)
     cache = DecisionCache()
     live = EMPTY
-    args = ExtenderArgs({}, [n["metadata"]["name"] for n in NODES] + ["unknown"], None)
+    # with a name the cache does not know, and one listed twice
+    args = ExtenderArgs({}, [n["metadata"]["name"] for n in NODES] + ["unknown", "h100"], None)
     # two pods of each shape, "p" and "q": when one is assumed on a node, the other must see it there
     others = [{**p, "metadata": {**p["metadata"], **OTHER}} for p in PODS]
     demands = [demand_of(p, pol) for p in PODS + others]
