@@ -107,7 +107,7 @@ async def filter_handler(request: web.Request) -> web.Response:
         demand = demand_of(args.pod, view.policy, extender.requests)
         outcome = filter_nodes(demand, args, view)
         body = filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable)
-        if extender.metrics is not None:
+        if extender.metrics is not None and outcome.kinds:
             for kind, count in Counter(outcome.kinds).items():  # one locked increment per reason
                 extender.metrics.filtered[kind].inc(count)
     except Exception as exc:

@@ -13,7 +13,7 @@ from extender.demand import demand_of
 from extender.inventory import node_from_json
 from extender.live import EMPTY, Series, aggregate
 from extender.state import ClusterState
-from extender.verbs import DecisionCache, View, verdicts
+from extender.verbs import DecisionCache, Decisions, View, decide
 from extender.wire import ExtenderArgs
 from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, gpu_pod, node, policy
 
@@ -49,6 +49,11 @@ def live_snapshot(rng: random.Random, now: float) -> Any:
     return aggregate(series, None, now)
 
 
+def answers(decided: Decisions) -> list[tuple[int | None, object]]:
+    """What the verbs read per candidate: its score (None: unknown) and why it is filtered out (None: it is not)."""
+    return [(score, decided.rejections.get(n)) for n, score in zip(decided.names, decided.scores, strict=True)]
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_cached_verdicts_equal_fresh_ones(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
@@ -66,7 +71,7 @@ def test_cached_verdicts_equal_fresh_ones(seed: int, monkeypatch: pytest.MonkeyP
     others = [{**p, "metadata": {**p["metadata"], **OTHER}} for p in PODS]
     demands = [demand_of(p, pol) for p in PODS + others]
     for step in range(150):
-        action = rng.randrange(7)
+        action = rng.randrange(8)
         target = rng.choice(["a100", "t4", "h100", "h100-spot"])
         resource = rng.choice([MIG, SHARED, GPU])
         if action == 0:
@@ -81,9 +86,11 @@ def test_cached_verdicts_equal_fresh_ones(seed: int, monkeypatch: pytest.MonkeyP
             live = live_snapshot(rng, clock.now)
         elif action == 5:
             state.upsert_node(node_from_json(rng.choice(NODES), pol))
+        elif action == 6:  # a node leaves (its name, still asked about, is then unknown); it comes back later
+            state.remove_node(target)
         else:  # a probed pod itself assumed, as a prioritize leaves it
             state.assume(rng.choice(["uid-p", "uid-q"]), target, rng.choice(demands).requests, 3.0, clock.now)
         for demand in demands:
-            cached = verdicts(demand, args, View(state, live, pol, "v", cache))
-            fresh = verdicts(demand, args, View(state, live, pol, "v", None))
+            cached = answers(decide(demand, args, View(state, live, pol, "v", cache)))
+            fresh = answers(decide(demand, args, View(state, live, pol, "v", None)))
             assert cached == fresh, f"step {step}, action {action}"

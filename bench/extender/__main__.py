@@ -215,13 +215,22 @@ def saturation(
         for _ in range(args.rounds):
             round_: dict[str, dict[str, float]] = {}
             for server, other in ((bare, gpupack), (gpupack, bare)):
-                before = other.cpu_seconds()
-                round_[server.name] = run_wrk(server, scripts[f"{verb}-saturation"], args.connections, args.duration)
+                before, other_before = server.cpu_seconds(), other.cpu_seconds()
+                run = run_wrk(server, scripts[f"{verb}-saturation"], args.connections, args.duration)
+                run["cpu_ms_per_request"] = 1000 * (server.cpu_seconds() - before) / max(run["requests"], 1)
                 # the idle server shares CPU 0: what it burns meanwhile is taken from the one measured
-                round_[server.name]["other_cpu_pct"] = 100 * (other.cpu_seconds() - before) / args.duration
+                run["other_cpu_pct"] = 100 * (other.cpu_seconds() - other_before) / args.duration
+                round_[server.name] = run
             rounds.append(round_)
         ratios = sorted(r["gpupack"]["rps"] / r["bare"]["rps"] for r in rounds)
-        out[verb] = {"rounds": rounds, "ratios": ratios, "ratio": statistics.median(ratios)}
+        by_cpu = sorted(r["bare"]["cpu_ms_per_request"] / r["gpupack"]["cpu_ms_per_request"] for r in rounds)
+        out[verb] = {
+            "rounds": rounds,
+            "ratios": ratios,
+            "ratio": statistics.median(ratios),
+            "cpu_ratios": by_cpu,
+            "cpu_ratio": statistics.median(by_cpu),
+        }
     return out
 
 
@@ -381,7 +390,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
         pairs = ", ".join(f"{r['bare']['rps']:.0f} / {r['gpupack']['rps']:.0f}" for r in sat["rounds"])
         ratios = ", ".join(f"{x:.0%}" for x in sat["ratios"])
         idle = max(r["bare"]["other_cpu_pct"] for r in sat["rounds"])
+        cpu = ", ".join(
+            f"{r['bare']['cpu_ms_per_request']:.3f} / {r['gpupack']['cpu_ms_per_request']:.3f}" for r in sat["rounds"]
+        )
+        by_cpu = ", ".join(f"{x:.0%}" for x in sat["cpu_ratios"])
         print(f"  {verb:<11} {pairs}   ratios {ratios}   (gpupack idle during bare runs: <= {idle:.1f}% of CPU 0)")
+        print(f"  {'':<11} CPU ms per request {cpu}   ratios by CPU {by_cpu}")
     print(f"\n{'target':<52}{'measured':>22}  result")
     for target, measured, ok in results["checks"]:
         print(f"{target:<52}{measured:>22}  {_status(ok)}")
