@@ -95,6 +95,10 @@ class _Table:
         return kept[1] if kept is not None and kept[0] == pod else None
 
 
+NAME_COPIES = 100_000
+"""Node names `DecisionCache.name` keeps before starting over."""
+
+
 class DecisionCache:
     """Verdicts per pod shape and node, reused while nothing they read has changed.
 
@@ -109,6 +113,22 @@ class DecisionCache:
     def __init__(self, shapes: int = 32) -> None:
         self._tables: OrderedDict[tuple[object, ...], _Table] = OrderedDict()
         self._shapes = shapes
+        self._names: dict[str, str] = {}
+
+    def name(self, name: str) -> str:
+        """The cache's own copy of a node name, to key its tables with.
+
+        A cached answer is one dict lookup per candidate, and each lookup compares the request's name with the
+        key's characters. The node records' names were allocated while the first list was read, scattered among
+        150,000 pods' objects; copies made as the nodes are first decided sit together, and a lookup then misses
+        the CPU cache far less (the lookups took a third of the server's time on the benchmark before).
+        """
+        kept = self._names.get(name)
+        if kept is None:
+            if len(self._names) >= NAME_COPIES:  # names come and go with nodes: start over now and then
+                self._names.clear()
+            kept = self._names[name] = name.encode().decode()
+        return kept
 
     def table(self, key: tuple[object, ...], state: ClusterState, serial: int, clock: float) -> _Table:
         """The current verdicts of one (policy version, pod shape); least recently used shapes are evicted."""
@@ -264,7 +284,7 @@ def decide(demand: PodDemand, args: ExtenderArgs, view: View) -> Decisions:
         missing = [(i, r) for i, score in enumerate(cached) if score is None and (r := nodes.get(names[i])) is not None]
         fresh = judge(demand, [snapshot(r, view, now, wall, pod) for _, r in missing], policy, view.book)
         for (i, record), found in zip(missing, fresh, strict=True):
-            name = record.name
+            name = cache.name(record.name)
             cached[i] = found.score
             if name == own:
                 table.own[name] = (pod, found)

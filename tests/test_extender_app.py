@@ -27,6 +27,8 @@ BAD_BODIES = [
     ("no Pod", b'{"NodeNames": ["a"]}', "Pod"),
     ("Pod of the wrong type", b'{"Pod": "x", "NodeNames": ["a"]}', "Pod"),
     ("NodeNames of the wrong type", b'{"Pod": {}, "NodeNames": "a"}', "NodeNames"),
+    ("a node name that is not a string", b'{"Pod": {}, "NodeNames": ["a", 7]}', "NodeNames"),
+    ("a null node name", b'{"Pod": {}, "NodeNames": [null]}', "NodeNames"),
     ("neither form", b'{"Pod": {}, "NodeNames": null, "Nodes": null}', "neither"),
     ("Nodes without items", b'{"Pod": {}, "Nodes": {"items": 3}}', "items"),
     ("a node without a name", b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "metadata.name"),
