@@ -263,7 +263,7 @@ def measure_server(
     out["idle_cpu_pct"] = 100 * (server.cpu_seconds() - before) / 5
     out["settled_after_s"] = settle(server, args.settle)
     out["answers"] = check_answers(server, bodies)
-    run_wrk(server, scripts["both-saturation"], args.connections, 2)  # warm-up
+    run_wrk(server, scripts["both-saturation"], args.connections, args.warmup)  # steady state, not first calls
     first()
     runs: dict[str, dict[str, float]] = {}
     for verb in VERBS:
@@ -447,6 +447,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=10, help="seconds per wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved saturation rounds per verb")
+    parser.add_argument(
+        "--warmup", type=float, default=10, help="seconds of both verbs at saturation on each server before measuring"
+    )
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--rate", type=float, default=100.0, help="requests/s per verb in the latency runs")
     parser.add_argument("--nodes", type=int, default=5000)
@@ -510,6 +513,7 @@ def main() -> int:
                 "connections": args.connections,
                 "duration_s": args.duration,
                 "rounds": args.rounds,
+                "warmup_s": args.warmup,
                 "rate": args.rate,
                 "paced_delay_ms": paced_delay,
                 "tls": args.tls,
