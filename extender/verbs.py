@@ -120,8 +120,8 @@ class DecisionCache:
 
         A cached answer is one dict lookup per candidate, and each lookup compares the request's name with the
         key's characters. The node records' names were allocated while the first list was read, scattered among
-        150,000 pods' objects; copies made as the nodes are first decided sit together, and a lookup then misses
-        the CPU cache far less (the lookups took a third of the server's time on the benchmark before).
+        150,000 pods' objects; copies made as the nodes are first decided sit together in memory. On the
+        benchmark the lookups were a third of the filter's time, and the copies gave about 5 % more throughput.
         """
         kept = self._names.get(name)
         if kept is None:
