@@ -84,10 +84,12 @@ class _Table:
         self.until = float("inf")
 
     def drop(self, name: str) -> None:
-        """Forget what was decided on node `name`."""
+        """Forget what was decided on node `name`, and when it would have expired (the next verdict brings its
+        own)."""
         self.scores.pop(name, None)
         self.rejected.pop(name, None)
         self.own.pop(name, None)
+        self.expiry.pop(name, None)
 
     def own_verdict(self, name: str, pod: str) -> Verdict | None:
         """The verdict kept for `pod` on the node it is assumed on, if any."""
@@ -146,12 +148,10 @@ class DecisionCache:
         else:
             for name in changed:
                 table.drop(name)
-                table.expiry.pop(name, None)  # the next verdict there brings its own
         table.position = state.change_count
         if clock >= table.until:
             for name in [n for n, t in table.expiry.items() if clock >= t]:
                 table.drop(name)
-                del table.expiry[name]
             table.until = min(table.expiry.values(), default=float("inf"))
         return table
 
@@ -193,9 +193,9 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float, pod: str |
     name, state = record.name, view.state
     utils = view.live.fresh_utils(name, wall, max_age)
     assumed = state.assumed_on(name, now, pod)  # drops expired ones first
-    if view.policy.extender.scoring != "gpupack":
-        return NodeSnapshot(record, state.used(name, now, assumed), utils)
     used = state.used(name, now, assumed)
+    if view.policy.extender.scoring != "gpupack":
+        return NodeSnapshot(record, used, utils)
     layout = state.derived.get(name)  # the bound pods' layout: assumptions come and go far more often
     if not isinstance(layout, NodeLayout) or layout.record is not record:
         requests, workloads = state.bound_on(name)
@@ -313,10 +313,11 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
     names, rejections = decided.names, decided.rejections
     if not rejections or rejections.keys().isdisjoint(names):  # the usual case: no Python-level loop
         return _assumed_if_alone(demand, FilterOutcome(list(names)), view)
-    outcome = FilterOutcome([name for name in names if name not in rejections])
+    outcome = FilterOutcome()
     for name in names:
         rejection = rejections.get(name)
         if rejection is None:
+            outcome.passed.append(name)
             continue
         outcome.kinds.append(rejection.kind)
         if rejection.unresolvable:
