@@ -43,6 +43,8 @@ class PodChange:
     deleted: bool = False
     workload: bool = True
     """False for a DaemonSet's pod: every node runs one, so it neither makes a node "in use" nor a typical shape."""
+    bound_at: str = ""
+    """When the pod was bound (`bound_at`), to order a full list the way the GPUs were handed out."""
 
 
 Change = NodeChange | PodChange
@@ -57,6 +59,30 @@ def node_change(event_type: str, node: dict[str, Any], policy: Policy) -> NodeCh
         return NodeChange(name, None)
     record = node_from_json(node, policy)
     return NodeChange(record.name, record)
+
+
+def bound_at(pod: dict[str, Any]) -> str:
+    """When the API server recorded the pod as scheduled: its `PodScheduled` condition's lastTransitionTime
+    (RFC 3339, to the second), else its creationTimestamp (a pod created with `nodeName` set has no such
+    condition), else "".
+
+    A full list comes in key order (namespace/name), not in the order the pods were bound, but the device plugin
+    handed out each node's GPU shares in that order, so the extender replays the node's pods sorted by this.
+    Timestamps of one format sort as strings; pods bound in the same second keep their list order.
+    """
+    status, meta = pod.get("status"), pod.get("metadata")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for condition in conditions if isinstance(conditions, list) else ():
+        if (
+            isinstance(condition, dict)
+            and condition.get("type") == "PodScheduled"
+            and condition.get("status") == "True"
+        ):
+            when = condition.get("lastTransitionTime")
+            if isinstance(when, str):
+                return when
+    created = meta.get("creationTimestamp") if isinstance(meta, dict) else None
+    return created if isinstance(created, str) else ""
 
 
 def pod_change(
@@ -83,7 +109,7 @@ def pod_change(
     owners = meta.get("ownerReferences") or []
     daemon = isinstance(owners, list) and any(isinstance(o, dict) and o.get("kind") == "DaemonSet" for o in owners)
     # thousands of pods share a node: one string object per node name
-    return PodChange(key, sys.intern(str(node)), requests, workload=not daemon)
+    return PodChange(key, sys.intern(str(node)), requests, workload=not daemon, bound_at=bound_at(pod))
 
 
 def reduce_event(

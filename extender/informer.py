@@ -21,14 +21,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 from typing import Any, Protocol
 
-from extender.changes import BAD_OBJECT, Change, apply_changes, pod_change, reduce_event
+from extender.changes import BAD_OBJECT, Change, PodChange, apply_changes, pod_change, reduce_event
 from extender.demand import RequestsCache
 from extender.inventory import NodeRecord, node_from_json
 from extender.state import ClusterState, Requests
 from gpupack.kube import Kind, ResourceExpired
 from gpupack.policy import Policy
+
+_BOUND_AT = attrgetter("bound_at")
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +256,7 @@ class Informer:
     ) -> tuple[list[NodeRecord], list[tuple[str, str, Requests, bool]], str, int]:
         """In a thread: every page, reduced as it arrives (raw pages are dropped at once)."""
         records: list[NodeRecord] = []
-        pods: list[tuple[str, str, Requests, bool]] = []
+        pods: list[PodChange] = []
         version = ""
         skipped = 0
         shared = policy.time_slicing.resource_name
@@ -272,8 +275,9 @@ class Informer:
                     log.warning("skipping a malformed object: %s", exc, extra={"kind": kind})
                     continue
                 if change.node is not None:
-                    pods.append((change.key, change.node, change.requests, change.workload))
-        return records, pods, version, skipped
+                    pods.append(change)
+        pods.sort(key=_BOUND_AT)  # the order they were bound, as their GPUs went out (stable: ties keep list order)
+        return records, [(p.key, p.node, p.requests, p.workload) for p in pods if p.node], version, skipped
 
     # watching --------------------------------------------------------------------------------------------------
     async def _watch(self, kind: Kind) -> int:

@@ -20,7 +20,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from extender.app import Extender, ExtenderSettings, make_app
-from extender.changes import apply_events
+from extender.changes import apply_events, bound_at
 from extender.demand import RequestsCache
 from extender.informer import Informer
 from extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, StaticSource
@@ -63,7 +63,8 @@ def load_lists(state: ClusterState, nodes: list[dict[str, Any]], pods: list[dict
     state.replace_nodes([])
     state.replace_pods([])
     apply_events(state, "nodes", ({"type": "ADDED", "object": n} for n in nodes), policy)
-    apply_events(state, "pods", ({"type": "ADDED", "object": p} for p in pods), policy, RequestsCache())
+    in_bind_order = sorted(pods, key=bound_at)  # as the informer replays a list (see `extender.changes.bound_at`)
+    apply_events(state, "pods", ({"type": "ADDED", "object": p} for p in in_bind_order), policy, RequestsCache())
     state.synced = True
 
 

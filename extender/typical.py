@@ -13,7 +13,8 @@
   DaemonSet pods are left out: every node runs them, so they would outnumber every real shape.
 
 The replay assumes the device plugin packs replicas (NVIDIA k8s-device-plugin's packed allocation policy, v0.20
-and later); after a re-list, pods are replayed in list order rather than the order they were bound.
+and later). Watch events come in the order pods are bound; after a (re-)list, which comes in name order, a
+node's pods are replayed by the time they were bound (`extender.changes.bound_at`, to the second).
 """
 
 from __future__ import annotations

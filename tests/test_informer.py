@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from kubernetes import client
 
-from extender.changes import apply_events
+from extender.changes import apply_events, bound_at
 from extender.informer import Backoff, Informer
 from extender.state import ClusterState
 from gpupack.kube import RawListWatch
@@ -383,3 +383,43 @@ current-context: c
     assert body["FailedNodes"] == {"n1": f"0 of 8 {GPU} free, pod needs 1"}
     metrics = await (await client_.get("/metrics")).text()
     assert "gpupack_extender_watch_lists_total 2.0" in metrics
+
+
+def test_a_pod_was_bound_when_its_scheduled_condition_says_else_when_it_was_created() -> None:
+    pod = bound("a", "n1")
+    pod["metadata"]["creationTimestamp"] = "2026-11-29T09:00:00Z"
+    assert bound_at(pod) == "2026-11-29T09:00:00Z"  # created with nodeName set: no PodScheduled condition
+    pod["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T09:05:00Z"},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-29T09:01:00Z"},
+    ]
+    assert bound_at(pod) == "2026-11-29T09:01:00Z"
+    assert bound_at({"metadata": [], "status": {"conditions": "none"}}) == ""  # malformed: no order, no error
+
+
+async def test_a_list_replays_each_nodes_pods_in_the_order_they_were_bound(
+    aiohttp_server: Any, fake: FakeApiServer
+) -> None:
+    # The list returns n3's pods by name (x, y, z); they were bound z, y, x, and GPUs went out in that order.
+    for name, gpus, scheduled in (("x", 4, "10:00:02"), ("y", 2, "10:00:01"), ("z", 1, "10:00:00")):
+        pod = bound(name, "n3", gpus)
+        pod["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": f"2026-11-29T{scheduled}Z"}
+        ]
+        fake.seed("pods", pod)
+    server = await aiohttp_server(fake.app())
+    configuration = client.Configuration()
+    configuration.host = f"http://127.0.0.1:{server.port}"
+    with client.ApiClient(configuration) as api:
+        state = ClusterState()
+        the_policy = policy()
+        informer = Informer(RawListWatch(api), state, lambda: the_policy, backoff=Backoff(initial=0.01))
+        task = asyncio.create_task(informer.run())
+        try:
+            await asyncio.wait_for(informer.wait_synced(), 10)
+            requests, _ = state.bound_on("n3")
+            assert [dict(r)[GPU] for r in requests] == [1, 2, 4]
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)

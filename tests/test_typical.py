@@ -6,7 +6,7 @@ from extender.inventory import NodeRecord, node_from_json
 from extender.packing import Ask
 from extender.state import ClusterState
 from extender.typical import REFRESH_PODS, ShapeBook, ask_of, gpu_layout
-from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, node, policy
+from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, extender_for, gpu_pod, node, policy
 
 SHARED = "nvidia.com/gpu.shared"
 GPU = "nvidia.com/gpu"
@@ -131,3 +131,26 @@ def test_the_service_counts_pod_churn_at_most_once_per_interval_but_always_after
     state.replace_pods([])
     book.refresh(state)
     assert book.version == 3  # a full list: at once
+
+
+def _bound_at(name: str, replicas: int, scheduled: str) -> dict[str, object]:
+    pod = gpu_pod(SHARED, replicas, name=name)
+    pod["spec"]["nodeName"] = "t4"
+    pod["status"] = {
+        "phase": "Running",
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
+    }
+    return pod
+
+
+def test_a_listed_node_is_rebuilt_in_the_order_its_pods_were_bound_not_the_list_order() -> None:
+    # Bound: one replica (c), then two (b), then two (a); a list returns them by name: a, b, c.
+    pods = [
+        _bound_at("a", 2, "2026-11-29T10:00:02Z"),
+        _bound_at("b", 2, "2026-11-29T10:00:01Z"),
+        _bound_at("c", 1, "2026-11-29T10:00:00Z"),
+    ]
+    state = extender_for([node("t4", gpus={SHARED: 16}, labels=T4_SHARED)], pods).state
+    requests, _ = state.bound_on("t4")
+    assert gpu_layout(T4, requests) == [250, 500, 1000, 1000]  # replayed in list order it would be [0, 750, ...]
+    assert gpu_layout(T4, list(reversed(requests))) == [0, 750, 1000, 1000]
