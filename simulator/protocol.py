@@ -8,7 +8,8 @@
    by removing random pods until it is not (`tuneDownPods`).
 3. Pods arrive one at a time and never leave. A pod that fits nowhere fails; its demand still counts as arrived.
 4. After each arrival: the allocation ratio; near the report points also the frag ratio and idle nodes
-   (`simulator.metrics`).
+   (`simulator.metrics`). At the end: what stayed free and how much of it the pod sizes forced
+   (`simulator.leftover`).
 
 One numpy Generator per run supplies, in this order, the shuffle, the clones, the node tie order and the
 policy's own draws (the authors use one seeded math/rand stream the same way).
@@ -16,12 +17,14 @@ policy's own draws (the authors use one seeded math/rand stream the same way).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from simulator.cluster import ClusterState
+from simulator.leftover import Leftover, leftover
 from simulator.metrics import (
     Floats,
     FragmentationMeter,
@@ -78,6 +81,8 @@ class SeedRun:
     """Allocated GPU after each arrival, % of capacity."""
     failed: int
     at: dict[int, PointMetrics | None]
+    leftover: Leftover
+    """What stayed free at the end, and how much of it the pod sizes forced (`simulator.leftover`)."""
 
 
 def run_protocol(
@@ -103,12 +108,15 @@ def run_protocol(
     frag = np.full(count, np.nan)
     idle = np.full(count, np.nan)
     failed = 0
+    placed_shares: Counter[int] = Counter()
     for k, pod in enumerate(arrivals):
         placement = policy.choose(pod, state, state.feasible(pod))
         if placement is None:
             failed += 1
         else:
             state.place(pod, placement)
+            if pod.is_sharing:
+                placed_shares[pod.gpu_milli] += 1
         allocated[k] = state.allocated_milli
         if measured[k]:
             frag[k] = meter.ratio_pct(state)
@@ -117,4 +125,12 @@ def run_protocol(
             progress(k + 1, count)
     alloc_pct = allocated * 100.0 / capacity
     at = {p: point_metrics(alloc_pct, frag, idle, window(rounded, p), state.total_gpus) for p in points}
-    return SeedRun(seed=seed, arrived_pct=arrived * 100.0 / capacity, alloc_pct=alloc_pct, failed=failed, at=at)
+    arrived_shares = Counter(p.gpu_milli for p in arrivals if p.is_sharing)
+    return SeedRun(
+        seed=seed,
+        arrived_pct=arrived * 100.0 / capacity,
+        alloc_pct=alloc_pct,
+        failed=failed,
+        at=at,
+        leftover=leftover(state, placed_shares, arrived_shares),
+    )

@@ -6,7 +6,9 @@ per policy for 10 seeds. Wall time is noisy on a shared machine, so user+system 
 reproduction figures (allocation % at 100% and 130% arrived demand) are printed beside the published ones.
 
 `--variant all` runs every pod-list variant of the trace and, when both `gpupack` and `fgd` ran, ends with the
-table of their difference per variant (the issue's "more than our own fgd on every trace variant").
+table of their difference per variant (the issue's "more than our own fgd on every trace variant"). Every run
+also prints what stayed free at the end: whole GPUs, shares of GPUs, and the part of the shares that the pod
+sizes forced (`simulator.leftover`), which no placement policy can allocate.
 
 Results: a table on stdout and bench/results/simulator.json (not committed).
 """
@@ -21,12 +23,16 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+import numpy as np  # noqa: E402
+
 from simulator.policies import POLICIES  # noqa: E402
+from simulator.protocol import SeedRun  # noqa: E402
 from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
-from simulator.trace import default_trace_dir, pod_variants  # noqa: E402
+from simulator.trace import MILLI, default_trace_dir, pod_variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results/simulator.json"
@@ -65,7 +71,29 @@ def run_one(workload: Workload, variant: str, name: str, seeds: list[int]) -> di
         "at": at["at"],
         "spread": at["spread"],
         "published_alloc_pct": published,
+        "leftover": mean_leftover(result.runs),
     }
+
+
+def mean_leftover(runs: Sequence[SeedRun]) -> dict[str, float]:
+    """Mean over seeds of what stayed free at the end, in GPUs: whole GPUs, shares, and the forced part of those."""
+    return {
+        "whole_gpus": float(np.mean([r.leftover.whole_gpus for r in runs])),
+        "share_gpus": float(np.mean([r.leftover.share_milli for r in runs])) / MILLI,
+        "forced_share_gpus": float(np.mean([r.leftover.forced_milli for r in runs])) / MILLI,
+    }
+
+
+def print_leftover(rows: list[dict[str, Any]]) -> None:
+    """What stays free at the end of each run (mean over seeds), and how much of the shares left no placement of
+    the run's small pods could have filled (`simulator.leftover`): the part of the gap to 100 % no policy closes."""
+    print(f"\n{'variant':<11} {'policy':<19} {'whole GPUs free':>15} {'shares left':>11} {'of which forced':>15}")
+    for r in rows:
+        left = r["leftover"]
+        print(
+            f"{r['variant']:<11} {r['policy']:<19} {left['whole_gpus']:15.1f} {left['share_gpus']:11.1f}"
+            f" {left['forced_share_gpus']:15.1f}"
+        )
 
 
 def print_comparison(rows: list[dict[str, Any]]) -> None:
@@ -101,6 +129,7 @@ def main() -> None:
         workload = load_workload(variant)
         for name in args.policy or list(POLICIES):
             rows.append(run_one(workload, variant, name, seeds))
+    print_leftover(rows)
     if {"gpupack", "fgd"} <= {r["policy"] for r in rows}:
         print_comparison(rows)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
