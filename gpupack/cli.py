@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,9 +28,31 @@ from gpupack.policy import PolicyError
 
 def _positive(text: str) -> float:
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be greater than zero")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number greater than zero")
     return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from exc
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+_DNS_NAME = re.compile(
+    r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$", re.IGNORECASE
+)
+
+
+def _dns_name(text: str) -> str:
+    """A DNS name a certificate can carry (RFC 1123 labels, optionally one leading wildcard label)."""
+    if len(text) > 253 or not _DNS_NAME.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a DNS name")
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="directory of the openb CSVs (default: ../shared/traces/alibaba-gpu-v2023/csv beside the repository)",
     )
-    sim.add_argument("--variant", default="default", help="pod list: default, gpushare40, ... or a CSV path")
+    sim.add_argument("--variant", help="pod list: default (the default), gpushare40, ... or a CSV path")
     sim.add_argument(
         "--policy",
         action="append",
@@ -103,17 +127,22 @@ def _parser() -> argparse.ArgumentParser:
         help="random, spread, binpack, bestfit, dotproduct, fgd, gpupack or gpupack-autoscaled; repeat to choose "
         "several (default: all)",
     )
-    sim.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, ... (default 10)")
+    sim.add_argument("--seeds", type=int, help="seeds 42, 43, ... (default 10)")
     sim.add_argument(
         "--scenario",
         type=Path,
         metavar="FILE.yaml",
         help="instead of the trace: a synthetic day (e.g. scenarios/synthetic-day.yaml) under spread and gpupack",
     )
-    sim.add_argument("--scale", type=float, help="with --scenario: multiply nodes, replicas and arrival rates")
-    sim.add_argument("--hours", type=float, help="with --scenario: override the simulated hours")
+    sim.add_argument("--scale", type=_positive, help="with --scenario: multiply nodes, replicas and arrival rates")
+    sim.add_argument("--hours", type=_positive, help="with --scenario: override the simulated hours")
     sim.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
-    sim.add_argument("--plot", type=Path, metavar="FILE.png", help="draw allocation against arrived demand")
+    sim.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="draw allocation against arrived demand (with --scenario: the day's GPUs, nodes and utilization)",
+    )
 
     mutate = sub.add_parser(
         "mutate",
@@ -137,11 +166,11 @@ def _parser() -> argparse.ArgumentParser:
         "MutatingWebhookConfiguration. An existing CA in --out is reused, so the caBundle stays valid.",
     )
     certs.add_argument("--out", type=Path, required=True, help="directory to write to")
-    certs.add_argument("--dns", nargs="+", default=[], metavar="NAME", help="DNS names of the server")
+    certs.add_argument("--dns", nargs="+", type=_dns_name, default=[], metavar="NAME", help="DNS names of the server")
     certs.add_argument("--ip", nargs="+", default=[], metavar="IP", help="IP addresses of the server")
     certs.add_argument("--service", help="add the names of this Service: svc, svc.ns, svc.ns.svc")
     certs.add_argument("--namespace", default="gpupack-system", help="namespace of --service")
-    certs.add_argument("--days", type=int, default=365, help="validity of the serving certificate")
+    certs.add_argument("--days", type=_positive_int, default=365, help="validity of the serving certificate")
     certs.add_argument("--new-ca", action="store_true", help="issue a new CA even if --out has one")
 
     demo = sub.add_parser(
@@ -203,7 +232,10 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _read_json(path: Path | None) -> dict[str, object] | None:
     if path is None:
         return None
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON list object (kind: List)")
     return data

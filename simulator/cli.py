@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -19,21 +21,53 @@ PROGRESS_AFTER = 2.0
 """Seconds after which a progress bar appears on standard error (short runs print only the result)."""
 
 
+TRACE_ONLY = ("trace", "variant", "policy", "seeds")
+SCENARIO_ONLY = ("scale", "hours")
+DEFAULT_SEEDS = 10
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse flags of the other mode (trace replay or synthetic day) rather than ignore them, and a plot path
+    that cannot be written, before minutes of simulation."""
+    wrong = SCENARIO_ONLY if args.scenario is None else TRACE_ONLY
+    given = [f"--{name}" for name in wrong if getattr(args, name) is not None]
+    if given:
+        mode = "--scenario" if args.scenario is not None else "the trace replay"
+        raise ValueError(f"{', '.join(given)} cannot be used with {mode}")
+    if args.plot is not None:
+        check_plot_path(args.plot)
+
+
+def check_plot_path(path: Path) -> None:
+    """A PNG file whose directory exists and can be written (matplotlib would otherwise add `.png` to a name
+    without it, or fail only after the run)."""
+    if path.suffix.lower() != ".png":
+        raise ValueError(f"--plot {path}: the plot is a PNG file, name it FILE.png")
+    if path.is_dir():
+        raise ValueError(f"--plot {path}: is a directory")
+    folder = path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise ValueError(f"--plot {path}: {folder} is not a directory this user can write to")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the simulation; 2 when the trace cannot be read."""
+    check_flags(args)
     trace_dir = args.trace or default_trace_dir()
-    pods = pod_list_path(trace_dir, args.variant)
+    variant = args.variant or "default"
+    seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
+    pods = pod_list_path(trace_dir, variant)
     if not pods.is_file():
         raise ValueError(
             f"no pod list at {pods}: download cluster-trace-gpu-v2023 from https://github.com/alibaba/clusterdata "
             "and pass its csv directory with --trace"
         )
-    if args.seeds < 1:
+    if seeds < 1:
         raise ValueError("--seeds must be at least 1")
     unknown = sorted(set(args.policy or ()) - set(POLICIES))
     if unknown:
         raise ValueError(f"unknown policy {', '.join(unknown)}; known: {', '.join(POLICIES)}")
-    workload = load_workload(args.variant, trace_dir)
+    workload = load_workload(variant, trace_dir)
     names = args.policy or list(POLICIES)
     started = time.monotonic()
     with Progress(
@@ -56,10 +90,11 @@ def run(args: argparse.Namespace) -> int:
                 task = bar.add_task("simulating", total=total)
             bar.update(task, completed=p.run * p.total + p.done, description=f"{p.policy} seed {p.seed}")
 
-        report = simulate(workload, names, seeds=range(42, 42 + args.seeds), progress=progress)
+        report = simulate(workload, names, seeds=range(42, 42 + seeds), progress=progress)
+    published = trace_dir.resolve() == default_trace_dir().resolve()  # the paper's figures are for its files only
+    print(json.dumps(report.to_json(), indent=2) if args.json else table(report, published))  # before the plot
     if args.plot:
         plot(report, args.plot)
-    print(json.dumps(report.to_json(), indent=2) if args.json else table(report))
     return 0
 
 
@@ -68,6 +103,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     from simulator.day import compare, load_scenario, plot_day, run_all
     from simulator.day_metrics import table as day_table
 
+    check_flags(args)
     scenario = load_scenario(args.scenario)
     changes = {k: v for k, v in (("scale", args.scale), ("hours", args.hours)) if v is not None}
     scenario = scenario.with_changes(**changes) if changes else scenario

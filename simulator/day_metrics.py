@@ -260,6 +260,7 @@ ROWS = (
     ("  removable nodes on average", "removable_nodes_mean", "{:.2f}"),
     ("pending pod-minutes", "pending_pod_minutes", "{:.0f}"),
     ("pods created", "pods_created", "{}"),
+    ("pods refused by the webhook", "pods_denied", "{}"),
 )
 
 

@@ -24,12 +24,17 @@ GpuKind = Literal["a100-mig", "h100", "t4"]
 DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}
 
 
+NAMESPACE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+"""A Kubernetes namespace name (an RFC 1123 label)."""
+
+
 class ScenarioError(ValueError):
     """A scenario that cannot be run; the message names the file and the field."""
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True)
+    """Strict: YAML already gives numbers, strings and booleans, so `gpus: true` or `count: "3"` is a mistake."""
 
 
 class NodeGroup(_Model):
@@ -82,7 +87,7 @@ class Inference(_Model):
     """A Deployment whose replicas follow a daily cosine: `peakReplicas` at `peakHour`, `troughReplicas` 12 h off."""
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
-    namespace: str = "ml-serving"
+    namespace: str = Field(default="ml-serving", pattern=NAMESPACE)
     peak_replicas: int = Field(ge=0, le=10_000)
     trough_replicas: int = Field(ge=0, le=10_000)
     peak_hour: float = Field(default=14.0, ge=0, lt=24)
@@ -117,7 +122,7 @@ class Jobs(_Model):
     """Pods arriving as a Poisson process, each running for a drawn duration once bound, then leaving."""
 
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
-    namespace: str = "ml-training"
+    namespace: str = Field(default="ml-training", pattern=NAMESPACE)
     arrivals_per_hour: float = Field(ge=0, le=10_000)
     duration_minutes: Duration
     gpus: int | list[int] = 1
@@ -146,14 +151,14 @@ class Scenario(_Model):
     """A cluster and one day of its workloads."""
 
     name: str = "synthetic-day"
-    seed: int = 42
+    seed: int = Field(default=42, ge=0)
     hours: float = Field(default=24.0, gt=0, le=24 * 7)
     step_minutes: float = Field(default=1.0, gt=0, le=60)
     warmup_hours: float = Field(default=0.0, ge=0, le=48)
     """Simulated before the day and not measured, so the day starts with jobs already running."""
     scale: float = Field(default=1.0, gt=0, le=100)
     """Multiplies node counts, replicas and arrival rates (rounded; a non-zero count stays at least 1)."""
-    empty_minutes: float = Field(default=10.0, gt=0)
+    empty_minutes: float = Field(default=10.0, gt=0, le=7 * 24 * 60)
     """Cluster Autoscaler's `--scale-down-unneeded-time`: a node empty this long is removable."""
     policy: dict[str, Any] = {}
     """A gpupack policy document (the ConfigMap's), applied to both runs; `extender.scoring` is set per run."""
@@ -180,6 +185,8 @@ class Scenario(_Model):
             seen = {n for n in names if names.count(n) > 1}
             if seen:
                 raise ValueError(f"{what}: name {sorted(seen)[0]!r} is used twice")
+        if not any(g.count for g in self.nodes):
+            raise ValueError("nodes: every group has count 0; the cluster needs at least one node")
         return self
 
     @property
@@ -221,10 +228,27 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"{source}: {describe(exc, limit=3)}") from exc
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_scenario(path: Path) -> Scenario:
     """Read and validate a scenario file; raises ScenarioError (and OSError when it cannot be read)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not a text file: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from exc
     return parse_scenario(data, str(path))

@@ -15,14 +15,16 @@ PUBLISHED: dict[str, dict[str, float]] = {
 }
 
 
-def table(report: Report) -> str:
+def table(report: Report, published: bool = True) -> str:
     """One row per policy: allocation %, unallocated GPUs, fragmentation ratio and idle nodes per point, with
-    the published allocation beside ours on the default trace."""
+    the published allocation beside ours on the default trace; `published=False` leaves it out (a trace other
+    than the published one, under the same name)."""
     points = [str(p) for p in report.points]
+    published = published and report.workload == "default"
     head = f"{'policy':<11}{'seeds':>6}"
     for p in points:
         head += f"{'alloc% @' + p:>12}{'±':>6}{'unalloc':>9}{'frag%':>7}{'idle':>6}"
-    if report.workload == "default":
+    if published:
         head += f"{'published @' + '/'.join(points):>22}"
     lines = [f"trace: {report.workload}", head]
     for name, result in report.policies.items():
@@ -36,7 +38,7 @@ def table(report: Report) -> str:
                 f"{mean['alloc_pct']:>12.2f}{spread['alloc_pct']:>6.2f}{mean['unallocated_gpus']:>9.0f}"
                 f"{mean['frag_ratio']:>7.1f}{mean['idle_nodes']:>6.0f}"
             )
-        if report.workload == "default" and name in PUBLISHED:
+        if published and name in PUBLISHED:
             row += f"{' / '.join(f'{PUBLISHED[name][p]:.2f}' for p in points if p in PUBLISHED[name]):>22}"
         lines.append(row)
     return "\n".join(lines)

@@ -88,33 +88,48 @@ def pod_variants(trace_dir: Path) -> list[str]:
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[list[str]]]:
-    """The header and the rows of a CSV (plain lists: DictReader is several times slower on 10k rows)."""
+    """The header and the rows of a CSV (plain lists: DictReader is several times slower on 10k rows).
+
+    Raises TraceError naming the file for a missing file, text that is not UTF-8, a missing column, and a row
+    with more or fewer fields than the header (a file cut short would otherwise shift or drop values silently).
+    """
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, [])
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
-        return header, [row for row in reader if row]
-
-
-def _int(path: Path, row: list[str], index: int) -> int:
     try:
-        return int(row[index])
-    except (ValueError, IndexError) as exc:
-        raise TraceError(f"{path}: row {row!r}: column {index + 1} is not an integer") from exc
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, [])
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise TraceError(f"{path}: missing column(s) {', '.join(missing)}")
+            rows = [row for row in reader if row]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise TraceError(f"{path}: not a CSV trace file: {exc}") from exc
+    for number, row in enumerate(rows, start=2):
+        if len(row) != len(header):
+            raise TraceError(f"{path}: line {number} has {len(row)} fields, the header {len(header)}: {row!r}")
+    return header, rows
 
 
-def _opt_int(row: list[str], index: int | None) -> int | None:
-    if index is None or index >= len(row) or row[index] == "":
+def _int(path: Path, row: list[str], index: int, header: list[str]) -> int:
+    """A non-negative integer field (every count and size in the trace is one)."""
+    try:
+        value = int(row[index])
+    except ValueError as exc:
+        raise TraceError(f"{path}: row {row!r}: {header[index]} is not an integer") from exc
+    if value < 0:
+        raise TraceError(f"{path}: row {row!r}: {header[index]} is negative")
+    return value
+
+
+def _opt_int(path: Path, row: list[str], index: int | None, header: list[str]) -> int | None:
+    if index is None or row[index] == "":
         return None
-    return int(row[index])
+    return _int(path, row, index, header)
 
 
 def _opt_str(row: list[str], index: int | None) -> str | None:
-    if index is None or index >= len(row):
+    if index is None:
         return None
     return row[index] or None
 
@@ -123,8 +138,16 @@ def read_nodes(path: Path) -> list[NodeRecord]:
     """Nodes of an `openb_node_list_*.csv`, in file order."""
     header, rows = _rows(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
     sn, cpu, mem, gpu, model = (header.index(c) for c in ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
+    if not rows:
+        raise TraceError(f"{path}: the node list has no nodes")
     return [
-        NodeRecord(row[sn], _int(path, row, cpu), _int(path, row, mem), _int(path, row, gpu), row[model])
+        NodeRecord(
+            row[sn],
+            _int(path, row, cpu, header),
+            _int(path, row, mem, header),
+            _int(path, row, gpu, header),
+            row[model],
+        )
         for row in rows
     ]
 
@@ -138,9 +161,11 @@ def read_pods(path: Path) -> list[PodRecord]:
     header, rows = _rows(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
     name, cpu, mem, num, milli = (header.index(c) for c in ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
     optional = {c: header.index(c) if c in header else None for c in _OPTIONAL}
+    if not rows:
+        raise TraceError(f"{path}: the pod list has no pods")
     pods: list[PodRecord] = []
     for row in rows:
-        num_gpu, gpu_milli = _int(path, row, num), _int(path, row, milli)
+        num_gpu, gpu_milli = _int(path, row, num, header), _int(path, row, milli, header)
         if num_gpu == 0:
             gpu_milli = 0  # the authors' YAML drops the GPU annotations of CPU-only pods
         elif not 0 < gpu_milli <= MILLI or (gpu_milli < MILLI and num_gpu != 1):
@@ -149,16 +174,16 @@ def read_pods(path: Path) -> list[PodRecord]:
         pods.append(
             PodRecord(
                 name=row[name],
-                cpu_milli=_int(path, row, cpu),
-                memory_mib=_int(path, row, mem),
+                cpu_milli=_int(path, row, cpu, header),
+                memory_mib=_int(path, row, mem, header),
                 num_gpu=num_gpu,
                 gpu_milli=gpu_milli,
                 gpu_spec=tuple(m for m in spec.split("|") if m) if spec else (),
                 qos=_opt_str(row, optional["qos"]),
                 pod_phase=_opt_str(row, optional["pod_phase"]),
-                creation_time=_opt_int(row, optional["creation_time"]),
-                deletion_time=_opt_int(row, optional["deletion_time"]),
-                scheduled_time=_opt_int(row, optional["scheduled_time"]),
+                creation_time=_opt_int(path, row, optional["creation_time"], header),
+                deletion_time=_opt_int(path, row, optional["deletion_time"], header),
+                scheduled_time=_opt_int(path, row, optional["scheduled_time"], header),
             )
         )
     return pods

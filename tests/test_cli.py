@@ -95,6 +95,29 @@ def test_certs_issue_the_service_names_and_print_the_ca_bundle(tmp_path: Path) -
     assert again.stdout == result.stdout  # the CA is reused: the caBundle stays valid
 
 
+def test_mutate_names_a_cluster_list_file_that_is_not_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "inference"})))
+    assert main(["mutate", str(pod_file), "--priority-classes", str(pod_file.with_name("pcs.yaml"))]) == 2
+    assert "pcs.yaml" in capsys.readouterr().err  # unreadable: OSError names it
+    (tmp_path / "pcs.yaml").write_text("items: []\n")
+    assert main(["mutate", str(pod_file), "--priority-classes", str(tmp_path / "pcs.yaml")]) == 2
+    assert f"{tmp_path / 'pcs.yaml'}: not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [(["--days", "0"], "--days: 0 must be at least 1"), (["--dns", "bad name!"], "not a DNS name")],
+)
+def test_certs_refuse_a_validity_or_name_no_certificate_should_carry(
+    tmp_path: Path, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["certs", "--out", str(tmp_path), *flags])
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "tls.crt").exists()
+
+
 def test_webhook_refuses_to_start_with_an_invalid_policy(tmp_path: Path, tls_dir: Path) -> None:
     policy = tmp_path / "bad.yaml"
     policy.write_text("mode: yolo\n")
@@ -145,6 +168,51 @@ def test_simulate_names_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "unknown policy nope" in capsys.readouterr().err
     assert main(["simulate", "--trace", str(tmp_path)]) == 2
     assert "download cluster-trace-gpu-v2023" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--scale", "0.5"], "--scale cannot be used with the trace replay"),
+        (
+            ["--scenario", str(ROOT / "scenarios/synthetic-day.yaml"), "--policy", "fgd", "--seeds", "0"],
+            "--policy, --seeds",
+        ),
+        (["--plot", "alloc"], "name it FILE.png"),  # matplotlib would write alloc.png
+        (["--plot", "/nonexistent/dir/alloc.png"], "/nonexistent/dir is not a directory this user can write to"),
+    ],
+)
+def test_simulate_refuses_flags_it_would_ignore_or_a_plot_it_could_not_write_before_running(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_simulate_prints_its_results_before_drawing_the_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,4000,1000,1,1000\np1,2000,1000,1,500\n")
+
+    def disk_full(*_: object) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr("simulator.cli.plot", disk_full)
+    code = main(
+        ["simulate", "--variant", str(pods), "--policy", "bestfit", "--seeds", "1", "--plot", str(tmp_path / "a.png")]
+    )
+    out, err = capsys.readouterr()
+    assert code == 2 and "No space left on device" in err
+    assert "bestfit" in out  # the run's table survived the failed plot
+
+
+def test_simulate_refuses_a_scale_that_is_not_a_positive_number(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--scenario", str(ROOT / "scenarios/synthetic-day.yaml"), "--scale", "nan"])
+    assert "nan must be a number greater than zero" in capsys.readouterr().err
 
 
 def test_simulate_a_synthetic_day(capsys: pytest.CaptureFixture[str]) -> None:

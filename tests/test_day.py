@@ -78,6 +78,14 @@ def small_results(small: Scenario) -> dict[str, Any]:
             {"training": [{"name": "ocr", "arrivalsPerHour": 1, "durationMinutes": {"mean": 60}}]},
             "workloads: name 'ocr' is used twice",
         ),
+        ({"seed": -1}, "seed: Input should be greater than or equal to 0"),
+        ({"emptyMinutes": float("inf")}, "emptyMinutes: Input should be less than or equal to 10080"),
+        ({"nodes": [{"name": "a", "count": 1, "gpu": "t4", "gpus": True}]}, "nodes.0.gpus: Input should be a valid"),
+        ({"nodes": [{"name": "a", "count": 0, "gpu": "t4"}]}, "every group has count 0"),
+        (
+            {"batch": [{"name": "b", "namespace": "Bad NS!", "arrivalsPerHour": 1, "durationMinutes": {"mean": 5}}]},
+            "batch.0.namespace: String should match pattern",
+        ),
     ],
 )
 def test_scenario_errors_name_the_field(change: dict[str, Any], message: str) -> None:
@@ -93,6 +101,12 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_scenario(bad)
     with pytest.raises(ScenarioError, match="scale: Input should be greater than 0"):
         tiny().with_changes(scale=0)
+    bad.write_text("seed: 42\nhours: 6\nseed: 7\n")  # PyYAML alone would run seed 7
+    with pytest.raises(ScenarioError, match=r"day\.yaml: not valid YAML: .*the key 'seed' is given twice"):
+        load_scenario(bad)
+    bad.write_bytes(b"\xe2\x28\xa1 not text")
+    with pytest.raises(ScenarioError, match=r"day\.yaml: not a text file"):
+        load_scenario(bad)
 
 
 def test_replicas_follow_the_daily_curve() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.report import table
 from simulator.run import Progress, load_workload, make_workload, simulate
 from tests.test_simulator_kit import make_node, make_pod
 
@@ -52,3 +53,11 @@ def test_one_seed_on_the_default_trace_lands_near_the_published_figure(policy: s
     at130 = report.policies[policy].mean(130)
     assert abs(at130["alloc_pct"] - published) < 1.0
     assert at130["unallocated_gpus"] == pytest.approx(6212 * (1 - at130["alloc_pct"] / 100))
+
+
+def test_the_published_figures_are_shown_only_beside_the_published_trace() -> None:
+    small = small_workload()
+    report = simulate(make_workload("default", small.nodes, small.pods), ["fgd"], seeds=[1])
+    assert "95.23 / 95.39" in table(report)  # a workload named like the paper's
+    assert "published" not in table(report, published=False)  # ... read from another --trace directory
+    assert "published" not in table(simulate(small, ["fgd"], seeds=[1]))

@@ -110,3 +110,41 @@ def test_missing_file_and_bad_rows_raise_trace_error(tmp_path: Path) -> None:
     bad.write_text("name,cpu_milli,memory_mib\np,1000,10\n")
     with pytest.raises(TraceError, match="missing column"):
         read_pods(bad)
+
+
+POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time\n"
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("p,1000,10,1,1000,5\nq,1000,10,1\n", r"line 3 has 4 fields, the header 6"),  # a file cut short
+        ("p,1000,10,1,1000,5,extra\n", r"line 2 has 7 fields"),
+        ("p,-5000,10,0,0,5\n", r"cpu_milli is negative"),
+        ("p,1000,10,-2,1000,5\n", r"num_gpu is negative"),
+        ("p,1000,ten,0,0,5\n", r"memory_mib is not an integer"),
+        ("p,1000,10,0,0,xyz\n", r"creation_time is not an integer"),
+        ("", r"the pod list has no pods"),
+    ],
+)
+def test_a_malformed_pod_list_names_the_file_and_what_is_wrong(tmp_path: Path, rows: str, message: str) -> None:
+    bad = tmp_path / "pods.csv"
+    bad.write_text(POD_HEADER + rows)
+    with pytest.raises(TraceError, match=message) as caught:
+        read_pods(bad)
+    assert str(bad) in str(caught.value)
+
+
+def test_a_malformed_node_list_names_the_file_and_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "nodes.csv"
+    for rows, message in [
+        ("n1,96000,786432,8\n", "line 2 has 4 fields"),  # the model column missing from a row
+        ("n1,96000,786432,-3,V100M32\n", "gpu is negative"),
+        ("", "the node list has no nodes"),
+    ]:
+        bad.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + rows)
+        with pytest.raises(TraceError, match=message):
+            read_nodes(bad)
+    bad.write_bytes(b"\xe2\x28\xa1 not text")
+    with pytest.raises(TraceError, match="not a CSV trace file"):
+        read_nodes(bad)

@@ -43,6 +43,7 @@ from typing import Any
 
 import orjson
 
+from bench.args import positive_float, positive_int
 from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
 from bench.net import free_port, wait_port
 from bench.wrk import read_report
@@ -445,16 +446,16 @@ def checks(results: dict[str, Any], rate: float) -> list[tuple[str, str, bool]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=float, default=10, help="seconds per wrk run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved saturation rounds per verb")
+    parser.add_argument("--duration", type=positive_float, default=10, help="seconds per wrk run")
+    parser.add_argument("--rounds", type=positive_int, default=3, help="interleaved saturation rounds per verb")
     parser.add_argument(
         "--warmup", type=float, default=10, help="seconds of both verbs at saturation on each server before measuring"
     )
-    parser.add_argument("--connections", type=int, default=4)
-    parser.add_argument("--rate", type=float, default=100.0, help="requests/s per verb in the latency runs")
-    parser.add_argument("--nodes", type=int, default=5000)
-    parser.add_argument("--pods", type=int, default=150_000)
-    parser.add_argument("--names", type=int, default=500, help="node names per ExtenderArgs")
+    parser.add_argument("--connections", type=positive_int, default=4)
+    parser.add_argument("--rate", type=positive_float, default=100.0, help="requests/s per verb in the latency runs")
+    parser.add_argument("--nodes", type=positive_int, default=5000)
+    parser.add_argument("--pods", type=positive_int, default=150_000)
+    parser.add_argument("--names", type=positive_int, default=500, help="node names per ExtenderArgs")
     parser.add_argument("--data", type=Path, help="write the generated cluster here (kept), not in a temp dir")
     parser.add_argument("--tls", action="store_true", help="serve both over HTTPS (default plain HTTP)")
     parser.add_argument(
@@ -465,8 +466,6 @@ def main() -> int:
     )
     parser.add_argument("--skip-events", action="store_true", help="skip the in-process watch cache measurement")
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
     if not shutil.which("wrk") or not shutil.which("taskset"):
         print("needs wrk and taskset (Debian packages wrk, util-linux)", file=sys.stderr)
         return 2

@@ -29,10 +29,11 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from bench.args import positive_int  # noqa: E402
 from simulator.policies import POLICIES  # noqa: E402
 from simulator.protocol import SeedRun  # noqa: E402
 from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
-from simulator.trace import MILLI, default_trace_dir, pod_variants  # noqa: E402
+from simulator.trace import MILLI, default_trace_dir, pod_list_path, pod_variants  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results/simulator.json"
@@ -114,13 +115,16 @@ def print_comparison(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.simulator", description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all policies")
-    parser.add_argument("--seeds", type=int, default=len(DEFAULT_SEEDS))
+    parser.add_argument("--seeds", type=positive_int, default=len(DEFAULT_SEEDS))
     parser.add_argument("--variant", default="default", help="a pod-list variant, or all of them")
     parser.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     variants = pod_variants(default_trace_dir()) if args.variant == "all" else [args.variant]
+    missing = [v for v in variants if not pod_list_path(default_trace_dir(), v).is_file()]
+    if missing:
+        parser.error(f"--variant {missing[0]}: no pod list at {pod_list_path(default_trace_dir(), missing[0])}")
     seeds = list(range(42, 42 + args.seeds))
     header = f"{'variant':<11} {'policy':<19} {'wall s':>7} {'cpu s':>7} {'arrivals/s':>10} {'@100 %':>7} {'@130 %':>7}"
     print(f"{header} {'published':>13}")

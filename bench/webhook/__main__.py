@@ -32,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.args import positive_float, positive_int
 from bench.net import free_port, wait_port
 from bench.wrk import read_report
 from certs.issue import issue_ca, issue_serving_cert, write_pair
@@ -108,9 +109,11 @@ def measure(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--duration", type=int, default=10, help="seconds of each measured run (default 10)")
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rate", type=float, default=1000.0, help="total req/s of the paced run (default 1000)")
+    parser.add_argument("--duration", type=positive_int, default=10, help="seconds of each measured run (default 10)")
+    parser.add_argument("--connections", type=positive_int, default=16)
+    parser.add_argument(
+        "--rate", type=positive_float, default=1000.0, help="total req/s of the paced run (default 1000)"
+    )
     args = parser.parse_args()
     if not shutil.which("wrk") or not shutil.which("taskset"):
         print("needs wrk and taskset (Debian packages wrk, util-linux)", file=sys.stderr)
