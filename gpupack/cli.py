@@ -15,44 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
 from gpupack import logs
+from gpupack.argtypes import dns_name, positive_float, positive_int
 from gpupack.policy import PolicyError
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a number greater than zero")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from exc
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return value
-
-
-_DNS_NAME = re.compile(
-    r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$", re.IGNORECASE
-)
-
-
-def _dns_name(text: str) -> str:
-    """A DNS name a certificate can carry (RFC 1123 labels, optionally one leading wildcard label)."""
-    if len(text) > 253 or not _DNS_NAME.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a DNS name")
-    return text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,10 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     api = hook.add_mutually_exclusive_group()
     api.add_argument("--kubeconfig", type=Path, help="read PriorityClasses and node GPU resources with this kubeconfig")
     api.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
-    hook.add_argument("--policy-poll-seconds", type=_positive, default=5.0, help="policy file check period")
-    hook.add_argument("--cert-poll-seconds", type=_positive, default=10.0, help="certificate files check period")
+    hook.add_argument("--policy-poll-seconds", type=positive_float, default=5.0, help="policy file check period")
+    hook.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
     hook.add_argument("--max-body-bytes", type=int, default=3 * 1024 * 1024, help="larger bodies get HTTP 413")
-    hook.add_argument("--body-timeout", type=_positive, default=10.0, help="seconds to receive a body (else 408)")
+    hook.add_argument("--body-timeout", type=positive_float, default=10.0, help="seconds to receive a body (else 408)")
 
     ext = sub.add_parser(
         "extender",
@@ -104,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     ext.add_argument("--port", type=int, default=8888, help="port to listen on (default 8888)")
     ext.add_argument("--cert-file", type=Path, help="serving certificate (PEM) for HTTPS")
     ext.add_argument("--key-file", type=Path, help="private key (PEM) for HTTPS")
-    ext.add_argument("--policy-poll-seconds", type=_positive, default=5.0, help="policy file check period")
-    ext.add_argument("--cert-poll-seconds", type=_positive, default=10.0, help="certificate files check period")
+    ext.add_argument("--policy-poll-seconds", type=positive_float, default=5.0, help="policy file check period")
+    ext.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
 
     sim = sub.add_parser(
         "simulate",
@@ -134,8 +104,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE.yaml",
         help="instead of the trace: a synthetic day (e.g. scenarios/synthetic-day.yaml) under spread and gpupack",
     )
-    sim.add_argument("--scale", type=_positive, help="with --scenario: multiply nodes, replicas and arrival rates")
-    sim.add_argument("--hours", type=_positive, help="with --scenario: override the simulated hours")
+    sim.add_argument("--scale", type=positive_float, help="with --scenario: multiply nodes, replicas and arrival rates")
+    sim.add_argument("--hours", type=positive_float, help="with --scenario: override the simulated hours")
     sim.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     sim.add_argument(
         "--plot",
@@ -166,11 +136,11 @@ def _parser() -> argparse.ArgumentParser:
         "MutatingWebhookConfiguration. An existing CA in --out is reused, so the caBundle stays valid.",
     )
     certs.add_argument("--out", type=Path, required=True, help="directory to write to")
-    certs.add_argument("--dns", nargs="+", type=_dns_name, default=[], metavar="NAME", help="DNS names of the server")
+    certs.add_argument("--dns", nargs="+", type=dns_name, default=[], metavar="NAME", help="DNS names of the server")
     certs.add_argument("--ip", nargs="+", default=[], metavar="IP", help="IP addresses of the server")
     certs.add_argument("--service", help="add the names of this Service: svc, svc.ns, svc.ns.svc")
     certs.add_argument("--namespace", default="gpupack-system", help="namespace of --service")
-    certs.add_argument("--days", type=_positive_int, default=365, help="validity of the serving certificate")
+    certs.add_argument("--days", type=positive_int, default=365, help="validity of the serving certificate")
     certs.add_argument("--new-ca", action="store_true", help="issue a new CA even if --out has one")
 
     demo = sub.add_parser(

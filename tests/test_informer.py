@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,13 +220,9 @@ async def running(aiohttp_server: Any, fake: FakeApiServer) -> AsyncIterator[Run
         api.close()
 
 
-async def test_first_list_fills_the_state_skipping_bad_pods_and_only_then_it_is_synced(
-    aiohttp_server: Any, fake: FakeApiServer
-) -> None:
-    broken = bound("broken", "n3")
-    broken["spec"]["containers"][0]["resources"]["requests"][GPU] = "two"
-    fake.seed("pods", broken)
-    fake.list_gate.clear()
+@asynccontextmanager
+async def informing(aiohttp_server: Any, fake: FakeApiServer) -> AsyncIterator[tuple[ClusterState, Informer]]:
+    """A fresh informer listing and watching `fake` (seeded first), cancelled on the way out."""
     server = await aiohttp_server(fake.app())
     configuration = client.Configuration()
     configuration.host = f"http://127.0.0.1:{server.port}"
@@ -234,6 +231,22 @@ async def test_first_list_fills_the_state_skipping_bad_pods_and_only_then_it_is_
         the_policy = policy()
         informer = Informer(RawListWatch(api), state, lambda: the_policy, backoff=Backoff(initial=0.01))
         task = asyncio.create_task(informer.run())
+        try:
+            yield state, informer
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+
+
+async def test_first_list_fills_the_state_skipping_bad_pods_and_only_then_it_is_synced(
+    aiohttp_server: Any, fake: FakeApiServer
+) -> None:
+    broken = bound("broken", "n3")
+    broken["spec"]["containers"][0]["resources"]["requests"][GPU] = "two"
+    fake.seed("pods", broken)
+    fake.list_gate.clear()
+    async with informing(aiohttp_server, fake) as (state, informer):
         await asyncio.sleep(0.2)
         assert not state.synced and not informer.synced.is_set()
         fake.list_gate.set()
@@ -245,9 +258,6 @@ async def test_first_list_fills_the_state_skipping_bad_pods_and_only_then_it_is_
         assert len(state.pods) == 3  # the pending pod is not counted, the broken one is skipped
         assert informer.counters.skipped == 1 and informer.counters.lists == 2
         assert informer.resource_versions == {"nodes": "108", "pods": "108"}
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
 
 
 async def test_added_modified_and_deleted_pods_update_the_usage_of_their_node(running: Running) -> None:
@@ -407,19 +417,7 @@ async def test_a_list_replays_each_nodes_pods_in_the_order_they_were_bound(
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": f"2026-11-29T{scheduled}Z"}
         ]
         fake.seed("pods", pod)
-    server = await aiohttp_server(fake.app())
-    configuration = client.Configuration()
-    configuration.host = f"http://127.0.0.1:{server.port}"
-    with client.ApiClient(configuration) as api:
-        state = ClusterState()
-        the_policy = policy()
-        informer = Informer(RawListWatch(api), state, lambda: the_policy, backoff=Backoff(initial=0.01))
-        task = asyncio.create_task(informer.run())
-        try:
-            await asyncio.wait_for(informer.wait_synced(), 10)
-            requests, _ = state.bound_on("n3")
-            assert [dict(r)[GPU] for r in requests] == [1, 2, 4]
-        finally:
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await asyncio.wait_for(task, 10)
+    async with informing(aiohttp_server, fake) as (state, informer):
+        await asyncio.wait_for(informer.wait_synced(), 10)
+        requests, _ = state.bound_on("n3")
+        assert [dict(r)[GPU] for r in requests] == [1, 2, 4]

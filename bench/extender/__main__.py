@@ -43,10 +43,10 @@ from typing import Any
 
 import orjson
 
-from bench.args import positive_float, positive_int
 from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
 from bench.net import free_port, wait_port
 from bench.wrk import read_report
+from gpupack.argtypes import positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"

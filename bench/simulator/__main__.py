@@ -29,7 +29,7 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from bench.args import positive_int  # noqa: E402
+from gpupack.argtypes import positive_int  # noqa: E402
 from simulator.policies import POLICIES  # noqa: E402
 from simulator.protocol import SeedRun  # noqa: E402
 from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402

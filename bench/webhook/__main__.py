@@ -32,10 +32,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.args import positive_float, positive_int
 from bench.net import free_port, wait_port
 from bench.wrk import read_report
 from certs.issue import issue_ca, issue_serving_cert, write_pair
+from gpupack.argtypes import positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT.parent / "shared/fixtures/recorded-k8s-1.36/admission/000-mutate-llm-infer-7b-abc12.json"
