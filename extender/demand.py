@@ -16,7 +16,7 @@ import orjson
 from extender.inventory import CPU, MEMORY
 from extender.state import Requests
 from gpupack import contract
-from gpupack.policy import Policy
+from gpupack.policy import Policy, WorkloadClass
 from gpupack.quantity import QuantityError, parse_quantity
 
 
@@ -101,7 +101,10 @@ def pod_requests(spec: Mapping[str, Any], shared_resource: str = contract.RESOUR
         if isinstance(container, dict):
             for resource, n in container_requests(container, shared_resource, f"spec.containers[{i}]").items():
                 total[resource] = total.get(resource, 0) + n
-    for i, container in enumerate(spec.get("initContainers") or []):
+    init_containers = spec.get("initContainers") or []
+    if not isinstance(init_containers, list):
+        raise DemandError("spec.initContainers must be a list")
+    for i, container in enumerate(init_containers):
         if isinstance(container, dict):
             for resource, n in container_requests(container, shared_resource, f"spec.initContainers[{i}]").items():
                 total[resource] = max(total.get(resource, 0), n)
@@ -147,6 +150,14 @@ def pod_key(meta: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
 
 
+def _workload_class(value: object) -> WorkloadClass | None:
+    """The class a label or annotation names, None for anything else (a list there is not a class either)."""
+    for name in contract.WORKLOAD_CLASSES:
+        if value == name:
+            return name
+    return None
+
+
 def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | None = None) -> PodDemand:
     """The demand of a Pod object (as JSON). Raises DemandError naming the field that cannot be read.
 
@@ -157,12 +168,15 @@ def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | Non
         raise DemandError("Pod.metadata and Pod.spec must be objects")
     labels = meta.get("labels") or {}
     annotations = meta.get("annotations") or {}
+    owners = meta.get("ownerReferences") or []
+    if not isinstance(labels, dict) or not isinstance(annotations, dict) or not isinstance(owners, list):
+        raise DemandError("Pod.metadata.labels and .annotations must be objects, .ownerReferences a list")
     shared = policy.time_slicing.resource_name
     requests = dict(cache.requests(spec, shared)) if cache is not None else pod_requests(spec, shared)
     gpus = [(r, n) for r, n in requests.items() if n > 0 and contract.is_gpu_resource(r, shared)]
     gpu_resource, gpu_count = min(gpus) if gpus else (None, 0)
-    workload = annotations.get(contract.ANNOTATION_CLASS) or labels.get(contract.LABEL_WORKLOAD)
-    workload = workload if workload in contract.WORKLOAD_CLASSES else None
+    named = annotations.get(contract.ANNOTATION_CLASS) or labels.get(contract.LABEL_WORKLOAD)
+    workload = _workload_class(named)
     critical = workload == "inference" and labels.get(contract.LABEL_LATENCY) != "tolerant"
     forbid = workload is not None and policy.classes.of(workload).spot == "forbid"
     return PodDemand(

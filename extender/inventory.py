@@ -93,11 +93,25 @@ def gpu_model_of(product: str, memory_mib: int | None, mig_names: set[str]) -> s
     return None
 
 
+MAX_NODE_GPUS = 1024
+"""More GPUs than any node has (a DGX has 8 or 16; 8 GPUs in 7 MIG slices each are 56 `nvidia.com/gpu`): a count
+above it is a broken label or allocatable, refused rather than turned into a million-slot GPU layout."""
+
+
 def _int_label(labels: Mapping[str, str], key: str) -> int | None:
-    try:
-        return int(labels[key])
-    except (KeyError, ValueError):
+    """An integer label, None when absent or not a non-negative integer string."""
+    value = labels.get(key)
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or len(value) > 9:
         return None
+    return int(value)
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    return value
 
 
 def _amount(resource: str, text: Any) -> int:
@@ -110,14 +124,20 @@ def _amount(resource: str, text: Any) -> int:
 
 
 def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
-    """A NodeRecord from a Node object (as JSON). Raises ValueError when it has no name."""
-    meta = node.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
+    """A NodeRecord from a Node object (as JSON). Raises ValueError naming the node and the field when it has no
+    name, a part of the wrong JSON type, or an impossible GPU count."""
+    meta = node.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise ValueError("node without metadata.name")
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    spec = node.get("spec") or {}
-    allocatable_raw: Mapping[str, Any] = (node.get("status") or {}).get("allocatable") or {}
+    name: str = meta["name"]
+    labels = _mapping(meta.get("labels"), f"node {name}: metadata.labels")
+    spec = _mapping(node.get("spec"), f"node {name}: spec")
+    allocatable_raw = _mapping(
+        _mapping(node.get("status"), f"node {name}: status").get("allocatable"), f"node {name}: status.allocatable"
+    )
+    taints_raw = spec.get("taints") or []
+    if not isinstance(taints_raw, list):
+        raise ValueError(f"node {name}: spec.taints must be a list")
     allocatable = {
         r: _amount(r, v)
         for r, v in allocatable_raw.items()
@@ -131,9 +151,12 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
     derived = allocatable.get(contract.RESOURCE_GPU, 0) + -(-shared // replicas)
     taints = tuple(
         (str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
-        for t in spec.get("taints") or []
+        for t in taints_raw
         if isinstance(t, dict)
     )
+    gpu_count = _int_label(labels, LABEL_COUNT) or derived
+    if gpu_count > MAX_NODE_GPUS:
+        raise ValueError(f"node {name}: {gpu_count} GPUs is more than a node has (at most {MAX_NODE_GPUS})")
     spot_label = policy.spot.label
     shares = {r: gpu_share(model, replicas, r) for r in allocatable if r not in (CPU, MEMORY)}
     return NodeRecord(
@@ -143,7 +166,7 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
         taints=taints,
         product=product,
         gpu_model=model,
-        gpu_count=_int_label(labels, LABEL_COUNT) or derived,
+        gpu_count=gpu_count,
         replicas=replicas,
         mig_config=str(labels.get(LABEL_MIG_CONFIG, "")),
         shares=shares,

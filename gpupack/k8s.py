@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 
@@ -70,6 +70,13 @@ class PodSpec(_K8s):
     init_containers: list[Container] | None = None
     node_selector: dict[str, str] | None = None
     affinity: dict[str, Any] | None = None
+
+    @field_validator("affinity")
+    @classmethod
+    def _node_affinity_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        check_node_affinity(value)
+        return value
+
     tolerations: list[Toleration] | None = None
     priority_class_name: str | None = None
     priority: int | None = None
@@ -98,3 +105,54 @@ class Pod(_K8s):
             if ref.controller:
                 return ref.kind
         return None
+
+
+REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED_AFFINITY = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def check_node_affinity(affinity: dict[str, Any] | None) -> None:
+    """Raise ValueError naming the part of `affinity.nodeAffinity` whose JSON type is wrong.
+
+    The webhook reads and patches node affinity as raw JSON (so fields it does not know survive), and the API
+    server hands it objects already decoded into Go structs; a hand-made request can still send `5` where a
+    list belongs, which must be refused by name rather than fail inside the placement code.
+    """
+    node = (affinity or {}).get("nodeAffinity")
+    if node is None:
+        return
+    _expect(node, dict, "nodeAffinity")
+    required = node.get(REQUIRED_AFFINITY)
+    if required is not None:
+        where = f"nodeAffinity.{REQUIRED_AFFINITY}"
+        _expect(required, dict, where)
+        terms = required.get("nodeSelectorTerms")
+        _expect(terms, list, f"{where}.nodeSelectorTerms", optional=True)
+        for i, term in enumerate(terms or []):
+            _check_term(term, f"{where}.nodeSelectorTerms[{i}]")
+    preferred = node.get(PREFERRED_AFFINITY)
+    _expect(preferred, list, f"nodeAffinity.{PREFERRED_AFFINITY}", optional=True)
+    for i, item in enumerate(preferred or []):
+        where = f"nodeAffinity.{PREFERRED_AFFINITY}[{i}]"
+        _expect(item, dict, where)
+        if item.get("preference") is not None:
+            _check_term(item["preference"], f"{where}.preference")
+
+
+def _check_term(term: Any, where: str) -> None:
+    _expect(term, dict, where)
+    expressions = term.get("matchExpressions")
+    _expect(expressions, list, f"{where}.matchExpressions", optional=True)
+    for j, expression in enumerate(expressions or []):
+        _expect(expression, dict, f"{where}.matchExpressions[{j}]")
+        values = expression.get("values")
+        _expect(values, list, f"{where}.matchExpressions[{j}].values", optional=True)
+        if values and not all(isinstance(v, str) for v in values):
+            raise ValueError(f"{where}.matchExpressions[{j}].values must be a list of strings")
+
+
+def _expect(value: Any, kind: type, where: str, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, kind):
+        raise ValueError(f"{where} must be {'an object' if kind is dict else 'a list'}")

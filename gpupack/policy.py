@@ -54,8 +54,15 @@ ObjectName = Annotated[str, AfterValidator(_dns_subdomain)]
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+        allow_inf_nan=False,
     )
+    """No NaN or infinity anywhere: `.inf` is valid YAML and passes `ge=0`, and a weight of `.inf` made every
+    MIG score NaN."""
 
 
 class ClassPolicy(_Model):
@@ -349,6 +356,8 @@ def parse_policy(raw: bytes, source: str = "policy") -> Policy:
         data: Any = yaml.safe_load(raw) if raw.strip() else {}
     except yaml.YAMLError as exc:
         raise PolicyError(f"{source}: not valid YAML: {exc}".replace("\n", " ")) from exc
+    except RecursionError as exc:  # thousands of nested brackets: PyYAML's constructor recurses
+        raise PolicyError(f"{source}: not a policy: nested too deeply") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -7,7 +7,7 @@ followed by a binary suffix (Ki..Ei), a decimal suffix (n, u, m, k, M, G, T, P, 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_UP, Context, Decimal, InvalidOperation
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -25,6 +25,15 @@ _DECIMAL = {
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
 
 GIB = Decimal(2**30)
+NANO = Decimal("1e-9")
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest quantity accepted, in base units (Kubernetes keeps quantities in int64 where it can)."""
+_MAX_DIGITS = 19
+"""Digits of `MAX_QUANTITY`: a value whose leading digit sits higher is too large without computing it."""
+_MIN_EXPONENT = 40
+"""Exponents below -40 are taken as -40: the value rounds up to 1n either way."""
+_EXACT = Context(prec=80, Emax=999, Emin=-999)
+"""Wide enough for any accepted value times any suffix, exactly."""
 
 
 class QuantityError(ValueError):
@@ -34,25 +43,41 @@ class QuantityError(ValueError):
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a quantity into its exact value in base units (bytes, cores, ...).
 
-    Raises QuantityError for anything the API server would reject, so callers can name the offending field.
+    Raises QuantityError for anything the API server would reject, so callers can name the offending field, and
+    for magnitudes of 2^63 base units or more: no resource is that large, and a value like `1e999999` would
+    otherwise become a million-digit integer downstream (seconds of CPU per conversion). Like Kubernetes, a value
+    finer than the nano unit is rounded up to it.
     """
     if isinstance(text, bool):
         raise QuantityError(f"{text!r} is not a quantity")
     if isinstance(text, int | float):
-        return Decimal(str(text))
-    match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
-    if match is None:
-        raise QuantityError(f"{text!r} is not a quantity (examples: 500m, 2, 8Gi, 16G)")
-    number, suffix = match.group(1), match.group(2) or ""
+        number, suffix = str(text), ""
+    else:
+        match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+        if match is None:
+            raise QuantityError(f"{text!r} is not a quantity (examples: 500m, 2, 8Gi, 16G)")
+        number, suffix = match.group(1), match.group(2) or ""
     try:
         value = Decimal(number)
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid decimals
+    except InvalidOperation as exc:
         raise QuantityError(f"{text!r} is not a quantity") from exc
+    if not value.is_finite():
+        raise QuantityError(f"{text!r} is not a finite quantity")
     if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return value * _DECIMAL[suffix]
-    return value * Decimal(10) ** int(suffix[1:])
+        scale = Decimal(_BINARY[suffix])
+    elif suffix in _DECIMAL:
+        scale = _DECIMAL[suffix]
+    else:
+        exponent = int(suffix[1:])
+        if value and value.adjusted() + exponent > _MAX_DIGITS:  # before the power is computed
+            raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY} base units)")
+        scale = Decimal(1).scaleb(max(exponent, -_MIN_EXPONENT))  # finer than 1n rounds up to 1n below
+    value = _EXACT.multiply(value, scale)
+    if not value.is_finite() or abs(value) > MAX_QUANTITY:
+        raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY} base units)")
+    if value.as_tuple().exponent < -9:  # type: ignore[operator]  # finite: an int
+        value = value.quantize(NANO, rounding=ROUND_UP, context=_EXACT)
+    return value
 
 
 def format_gib(value: Decimal) -> str:

@@ -33,8 +33,16 @@ class ScenarioError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True)
-    """Strict: YAML already gives numbers, strings and booleans, so `gpus: true` or `count: "3"` is a mistake."""
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        allow_inf_nan=False,
+    )
+    """Strict: YAML already gives numbers, strings and booleans, so `gpus: true` or `count: "3"` is a mistake; and
+    no NaN or infinity (`.nan` would fail a bound with a misleading message)."""
 
 
 class NodeGroup(_Model):

@@ -77,7 +77,7 @@ def _gpus(labels: dict[str, str]) -> int | None:
     value = labels.get(contract.LABEL_GPUS)
     if value is None:
         return None
-    if not value.isdigit() or int(value) < 1 or int(value) > 64:
+    if not (value.isascii() and value.isdigit() and len(value) <= 2) or not 1 <= int(value) <= 64:  # "²".isdigit()
         raise LabelError(contract.LABEL_GPUS, value, "a whole number of GPUs from 1 to 64")
     return int(value)
 

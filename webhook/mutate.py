@@ -157,6 +157,11 @@ def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> De
     return _finish(raw, builder, notes, workload, ctx, audit)
 
 
+AUDIT_ANNOTATION_CHARS = 4096
+"""The most of the change summary kept in an audit annotation: an audit event should not grow with a label's
+length."""
+
+
 def _finish(
     raw: dict[str, Any], builder: PatchBuilder, notes: Notes, workload: str, ctx: MutationContext, audit: bool
 ) -> Decision:
@@ -164,14 +169,14 @@ def _finish(
     if audit:
         # Record what would have happened, change nothing else: the canary step before enforcing.
         recorder = PatchBuilder(raw)
-        recorder.set(ANNOTATIONS, contract.ANNOTATION_AUDIT, clip(f"{ctx.version}: {summary}", 4096))
+        recorder.set(ANNOTATIONS, contract.ANNOTATION_AUDIT, clip(f"{ctx.version}: {summary}", AUDIT_ANNOTATION_CHARS))
         return Decision(
             True,
             "audited",
             workload,
             recorder.ops(),
             notes.warnings("gpupack audit, would:"),
-            {"would": summary},
+            {"would": clip(summary, AUDIT_ANNOTATION_CHARS)},
             summary,
             notes.kinds(),
         )
@@ -185,7 +190,7 @@ def _finish(
         workload,
         ops,
         notes.warnings("gpupack:"),
-        {"changes": summary} if notes.items else {},
+        {"changes": clip(summary, AUDIT_ANNOTATION_CHARS)} if notes.items else {},
         summary,
         notes.kinds(),
     )

@@ -7,7 +7,7 @@ Two kinds of failure stay apart (kopf's AdmissionError / WebhookError):
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,6 +18,9 @@ from webhook.mutate import Decision
 from webhook.patches import encode_patch
 
 API_VERSION: Final = "admission.k8s.io/v1"
+
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
 class BadReview(ValueError):
@@ -43,7 +46,7 @@ class AdmissionRequest(_Wire):
 
     uid: str = Field(min_length=1)
     kind: GroupVersionKind
-    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+    operation: Operation
     namespace: str | None = None
     name: str | None = None
     object: Any = None
@@ -79,6 +82,11 @@ def parse_review(body: bytes) -> AdmissionReview:
 _OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 
 
+def _is_operation(value: object) -> TypeGuard[Operation]:
+    """One of the admission operations (a list or an object there is unhashable: test the type first)."""
+    return type(value) is str and value in _OPERATIONS
+
+
 def _well_formed(data: dict[str, Any]) -> AdmissionReview | None:
     """The review, built without validation when every field the models declare is already of the right type
     and value (what the API server always sends); None sends the body through `model_validate`, which names
@@ -100,7 +108,7 @@ def _well_formed(data: dict[str, Any]) -> AdmissionReview | None:
         or type(kind) is not dict
         or type(kind.get("kind")) is not str
         or not all(type(kind.get(k, "")) is str for k in ("group", "version"))
-        or operation not in _OPERATIONS
+        or not _is_operation(operation)
         or not (namespace is None or type(namespace) is str)
         or not (name is None or type(name) is str)
         or not (dry_run is None or type(dry_run) is bool)
