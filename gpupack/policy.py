@@ -177,8 +177,12 @@ def _default_mig_profiles() -> list[MigProfileSpec]:
 class TimeSlicing(_Model):
     """Time-sliced GPU sharing, as the device plugin advertises it."""
 
-    resource_name: str = contract.RESOURCE_GPU_SHARED
-    """Resource of one time-sliced replica (`renameByDefault: true` gives `nvidia.com/gpu.shared`)."""
+    resource_name: str = Field(
+        default=contract.RESOURCE_GPU_SHARED,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    )
+    """Resource of one time-sliced replica (`renameByDefault: true` gives `nvidia.com/gpu.shared`): an extended
+    resource name, `domain/name` (`cpu` or an empty name would count CPU or nothing as GPU replicas)."""
 
 
 class NodeLabel(_Model):

@@ -220,6 +220,8 @@ async def test_a_full_node_with_a_broken_value_is_answered_without_it(
         ("a: " + "[" * 3000 + "]" * 3000, "nested too deeply"),
         ("extender: {weights: {packing: .inf}}", "extender.weights.packing: Input should be a finite number"),
         ("extender: {assumeSeconds: .nan}", "extender.assumeSeconds: Input should be a finite number"),
+        ("timeSlicing: {resourceName: cpu}", "timeSlicing.resourceName: String should match pattern"),
+        ("timeSlicing: {resourceName: ''}", "timeSlicing.resourceName: String should match pattern"),
     ],
 )
 def test_a_policy_that_cannot_work_is_a_policy_error_naming_it(doc: str, named: str) -> None:
