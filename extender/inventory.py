@@ -154,9 +154,14 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
         for t in taints_raw
         if isinstance(t, dict)
     )
-    gpu_count = _int_label(labels, LABEL_COUNT) or derived
-    if gpu_count > MAX_NODE_GPUS:
-        raise ValueError(f"node {name}: {gpu_count} GPUs is more than a node has (at most {MAX_NODE_GPUS})")
+    labelled = _int_label(labels, LABEL_COUNT)
+    if labelled is not None and labelled > MAX_NODE_GPUS:
+        raise ValueError(
+            f"node {name}: {LABEL_COUNT}={labelled} is more GPUs than a node has (at most {MAX_NODE_GPUS})"
+        )
+    # Without the label the count comes from the devices advertised, which for time-slicing without a replicas
+    # label are replicas, not GPUs: capped rather than refused, since the node itself may be fine.
+    gpu_count = labelled or min(derived, MAX_NODE_GPUS)
     spot_label = policy.spot.label
     shares = {r: gpu_share(model, replicas, r) for r in allocatable if r not in (CPU, MEMORY)}
     return NodeRecord(

@@ -7,7 +7,7 @@ followed by a binary suffix (Ki..Ei), a decimal suffix (n, u, m, k, M, G, T, P, 
 from __future__ import annotations
 
 import re
-from decimal import ROUND_UP, Context, Decimal, InvalidOperation
+from decimal import ROUND_UP, Context, Decimal, DecimalException, InvalidOperation
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
@@ -30,10 +30,9 @@ MAX_QUANTITY = Decimal(2**63 - 1)
 """The largest quantity accepted, in base units (Kubernetes keeps quantities in int64 where it can)."""
 _MAX_DIGITS = 19
 """Digits of `MAX_QUANTITY`: a value whose leading digit sits higher is too large without computing it."""
-_MIN_EXPONENT = 40
-"""Exponents below -40 are taken as -40: the value rounds up to 1n either way."""
+_BINARY_DIGITS = {suffix: Decimal(factor).adjusted() for suffix, factor in _BINARY.items()}
 _EXACT = Context(prec=80, Emax=999, Emin=-999)
-"""Wide enough for any accepted value times any suffix, exactly."""
+"""Wide enough for any accepted value times any suffix (the bounds checked first keep it in range)."""
 
 
 class QuantityError(ValueError):
@@ -63,20 +62,29 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise QuantityError(f"{text!r} is not a quantity") from exc
     if not value.is_finite():
         raise QuantityError(f"{text!r} is not a finite quantity")
+    if not value:
+        return Decimal(0)  # "0e1000000" is zero: no exponent arithmetic
     if suffix in _BINARY:
-        scale = Decimal(_BINARY[suffix])
+        scale, magnitude = Decimal(_BINARY[suffix]), _BINARY_DIGITS[suffix]
     elif suffix in _DECIMAL:
         scale = _DECIMAL[suffix]
+        magnitude = scale.adjusted()
     else:
-        exponent = int(suffix[1:])
-        if value and value.adjusted() + exponent > _MAX_DIGITS:  # before the power is computed
-            raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY} base units)")
-        scale = Decimal(1).scaleb(max(exponent, -_MIN_EXPONENT))  # finer than 1n rounds up to 1n below
-    value = _EXACT.multiply(value, scale)
-    if not value.is_finite() or abs(value) > MAX_QUANTITY:
+        magnitude = int(suffix[1:]) if len(suffix) < 12 else (10**12 if suffix[1] != "-" else -(10**12))
+        scale = Decimal(0)  # unused: the exponent scales `value` directly below
+    leading = value.adjusted() + magnitude  # the power of ten of the leading digit, before any arithmetic
+    if leading > _MAX_DIGITS:
         raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY} base units)")
-    if value.as_tuple().exponent < -9:  # type: ignore[operator]  # finite: an int
-        value = value.quantize(NANO, rounding=ROUND_UP, context=_EXACT)
+    if leading < -10:
+        return NANO.copy_sign(value)  # far finer than 1n, which it rounds up to
+    try:
+        value = value.scaleb(magnitude, _EXACT) if not scale else _EXACT.multiply(value, scale)
+        if value.as_tuple().exponent < -9:  # type: ignore[operator]  # finite: an int
+            value = value.quantize(NANO, rounding=ROUND_UP, context=_EXACT)
+    except DecimalException as exc:  # pragma: no cover - the bounds above keep every value in range
+        raise QuantityError(f"{text!r} is not a quantity gpupack can compute with") from exc
+    if abs(value) > MAX_QUANTITY:
+        raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY} base units)")
     return value
 
 

@@ -236,12 +236,17 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"{source}: {describe(exc, limit=3)}") from exc
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:  # `<<: *anchor`: merged keys may be overridden, as YAML says
+                continue
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(

@@ -101,6 +101,11 @@ def test_load_errors_name_the_file(tmp_path: Path) -> None:
         load_scenario(bad)
     with pytest.raises(ScenarioError, match="scale: Input should be greater than 0"):
         tiny().with_changes(scale=0)
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(
+        "nodes:\n- &h100 {name: h100-od, count: 2, gpu: h100}\n- <<: *h100\n  name: h100-spot\n  spot: true\n"
+    )
+    assert [g.name for g in load_scenario(merged).nodes] == ["h100-od", "h100-spot"]  # merge keys still work
     bad.write_text("seed: 42\nhours: 6\nseed: 7\n")  # PyYAML alone would run seed 7
     with pytest.raises(ScenarioError, match=r"day\.yaml: not valid YAML: .*the key 'seed' is given twice"):
         load_scenario(bad)

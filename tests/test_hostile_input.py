@@ -4,6 +4,7 @@ traceback, a blocked event loop or a policy that breaks scoring. Found by fuzzin
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.app import make_app as make_extender
+from extender.inventory import MAX_NODE_GPUS, node_from_json
 from gpupack.kube import ClusterFactsCache
 from gpupack.policy import PolicyError, parse_policy
 from gpupack.policy_store import PolicyStore
 from gpupack.quantity import QuantityError, parse_quantity
-from tests.conftest import W, admission_review, loaded, make_pod
-from tests.extender_kit import extender_for, recorded_args, recorded_nodes, registry
+from tests.conftest import W, admission_review, context, loaded, make_pod
+from tests.extender_kit import extender_for, node, policy, recorded_args, recorded_nodes, registry
 from webhook.app import make_app as make_webhook
+from webhook.mutate import AUDIT_ANNOTATION_CHARS, plan
 
 FILTER = "000-filter-llm-infer-7b-abc12.json"
 FULL_NODES = "100-filter-embed-shared-1.json"
@@ -35,7 +38,10 @@ def tracebacks(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 # quantities ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("text", ["1e999999", "1e1000000", "1e400", "18446744073709551616", "16Ei", 1e308])
+@pytest.mark.parametrize(
+    "text",
+    ["1e999999", "1e1000000", "1e400", "18446744073709551616", "16Ei", 1e308, "1" + "0" * 1000, "1" + "0" * 999 + "Ki"],
+)
 def test_a_quantity_too_large_for_any_resource_is_refused_at_once(text: str | float) -> None:
     # "1e999999" used to become a million-digit integer downstream: about 10 s of CPU per conversion
     with pytest.raises(QuantityError, match="too large"):
@@ -44,7 +50,22 @@ def test_a_quantity_too_large_for_any_resource_is_refused_at_once(text: str | fl
 
 def test_a_quantity_finer_than_a_nano_unit_rounds_up_to_it_as_kubernetes_does() -> None:
     assert parse_quantity("1e-1000000") == parse_quantity("1n") == parse_quantity("0.1n")
+    assert parse_quantity("123456789.123456789123m") == Decimal("123456.789123457")
     assert parse_quantity("7Ei") == 7 * 2**60 and parse_quantity("500m") * 1000 == 500
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0e1000000", 0),  # zero, whatever the exponent (it overflowed the exponent arithmetic)
+        ("0e99999999", 0),
+        ("1" + "0" * 42 + "e-41", 10),  # many digits and a small exponent: still exact
+        ("1" + "0" * 60 + "e-60", 1),
+        ("1" + "0" * 1000 + "e-995", 100_000),
+    ],
+)
+def test_a_quantity_written_with_extreme_digits_or_exponent_keeps_its_value(text: str, value: int) -> None:
+    assert parse_quantity(text) == value
 
 
 # the webhook -----------------------------------------------------------------------------------------------
@@ -59,11 +80,12 @@ async def test_an_unhashable_operation_is_a_400_naming_it(aiohttp_client: Any, o
 
 
 @pytest.mark.parametrize(
-    ("labels", "annotations", "resources", "named"),
+    ("labels", "annotations", "named"),
     [
-        ({W + "workload": "training", W + "gpus": "²"}, None, None, "gpupack.io/gpus"),  # "²".isdigit() is true
-        ({W + "workload": "inference", W + "gpu-memory": "1e1000000"}, None, None, "gpupack.io/gpu-memory"),
-        ({W + "workload": "inference"}, {W + "gpu-memory": "1e999999"}, None, "gpupack.io/gpu-memory"),
+        ({W + "workload": "training", W + "gpus": "²"}, None, "gpupack.io/gpus"),  # "²".isdigit() is true
+        ({W + "workload": "inference", W + "gpu-memory": "1e1000000"}, None, "gpupack.io/gpu-memory"),
+        ({W + "workload": "inference"}, {W + "gpu-memory": "1e999999"}, "gpupack.io/gpu-memory"),
+        ({W + "workload": "inference", W + "gpu-memory": "0e1000000"}, None, "gpupack.io/gpu-memory"),
     ],
 )
 async def test_a_bad_label_value_is_a_denial_naming_it_not_an_internal_error(
@@ -71,7 +93,6 @@ async def test_a_bad_label_value_is_a_denial_naming_it_not_an_internal_error(
     caplog: pytest.LogCaptureFixture,
     labels: dict[str, str],
     annotations: dict[str, str] | None,
-    resources: dict[str, Any] | None,
     named: str,
 ) -> None:
     client = await aiohttp_client(webhook())
@@ -126,11 +147,14 @@ async def test_a_malformed_node_affinity_is_a_400_naming_the_part(
     assert tracebacks(caplog) == []
 
 
-async def test_the_change_summary_in_the_audit_annotations_is_bounded(aiohttp_client: Any) -> None:
-    client = await aiohttp_client(webhook())
-    review = admission_review(make_pod({W + "workload": "inference", W + "gpu-memory": "999999999999Gi"}))
-    answer = (await (await client.post("/mutate", data=orjson.dumps(review))).json())["response"]
-    assert all(len(v) <= 4096 for v in (answer.get("auditAnnotations") or {}).values())
+@pytest.mark.parametrize(("mode", "key"), [("enforce", "changes"), ("audit", "would")])
+def test_the_change_summary_in_the_audit_annotations_is_clipped(mode: str, key: str) -> None:
+    # 100 containers with 63-character names: the summary names each of them
+    containers = [{"name": f"c{i:02d}" + "x" * 60, "image": "img"} for i in range(100)]
+    decision = plan(make_pod({W + "workload": "inference"}, None, containers), "ml", context(f"mode: {mode}"))
+    assert len(decision.message) > AUDIT_ANNOTATION_CHARS  # what it would have been
+    annotation = decision.audit_annotations[key]
+    assert len(annotation) == AUDIT_ANNOTATION_CHARS and annotation.endswith("…")
 
 
 # the extender ----------------------------------------------------------------------------------------------
@@ -172,7 +196,7 @@ async def test_a_bad_pod_field_gets_an_error_naming_it(
         (("status", "allocatable"), [1], "status.allocatable must be an object"),
         (("spec",), "x", "spec must be an object"),
         (("spec", "taints"), 5, "spec.taints must be a list"),
-        (("metadata", "labels", "nvidia.com/gpu.count"), "50000000", "50000000 GPUs is more than a node has"),
+        (("metadata", "labels", "nvidia.com/gpu.count"), "50000000", "gpu.count=50000000 is more GPUs than a node"),
     ],
 )
 async def test_a_full_node_of_the_wrong_shape_gets_an_error_naming_it(
@@ -240,3 +264,11 @@ def test_a_reload_refused_for_a_huge_quantity_counts_the_failure_and_keeps_the_o
     assert store.reload() is False  # decimal.Overflow escaped it before
     assert failures and "classes.inference.cpu" in failures[0]
     assert store.current.version == before
+
+
+def test_a_time_sliced_node_without_gpu_count_labels_is_kept_with_its_device_count_capped() -> None:
+    # 8 GPUs x 256 replicas and no GFD labels: 2048 devices, which are not 2048 GPUs; the node itself is fine
+    record = node_from_json(node("ts", {"nvidia.com/gpu.shared": 2048}), policy())
+    assert record.gpu_count == MAX_NODE_GPUS
+    with pytest.raises(ValueError, match=r"gpu\.count=2048 is more GPUs than a node has"):
+        node_from_json(node("ts", {"nvidia.com/gpu.shared": 2048}, labels={"nvidia.com/gpu.count": "2048"}), policy())
