@@ -3,6 +3,7 @@ a second pass changes nothing, and everything outside the mutation is byte-for-b
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import jsonpatch
@@ -10,6 +11,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpupack.quantity import MAX_QUANTITY, QuantityError, parse_quantity
 from tests.conftest import W, context
 from webhook.mutate import InvalidObject, plan
 from webhook.review import build_response
@@ -146,3 +148,31 @@ def test_decisions_are_total_applicable_idempotent_and_local(pod: dict[str, Any]
             continue  # an empty object or list the patch adds into
 
         assert orjson.dumps(_at(patched, path)) == orjson.dumps(value), path
+
+
+quantity_text = st.builds(
+    lambda sign, digits, point, decimals, suffix: f"{sign}{digits}{point}{decimals}{suffix}",
+    st.sampled_from(["", "+", "-"]),
+    st.text(alphabet="0123456789", min_size=1, max_size=40),
+    st.sampled_from(["", "."]),
+    st.text(alphabet="0123456789", max_size=30),
+    st.one_of(
+        st.sampled_from(["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]),
+        st.integers(-(10**30), 10**30).map(lambda e: f"e{e}"),
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.one_of(quantity_text, st.text(max_size=20)))
+def test_a_quantity_parses_to_a_bounded_exact_value_or_a_quantity_error(text: str) -> None:
+    """Whatever the digits and exponent, parsing either refuses with QuantityError (which every caller turns into
+    a message naming the field) or gives a value within the int64 range, at nano precision, without overflow."""
+    try:
+        value = parse_quantity(text)
+    except QuantityError:
+        return
+    assert abs(value) <= MAX_QUANTITY
+    assert value == 0 or abs(value) >= Decimal("1e-9")
+    assert value.as_tuple().exponent >= -9  # type: ignore[operator]
+    int(value * 1000)  # what the extender does with it: cheap, whatever the text
