@@ -15,12 +15,11 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
 
 from gpupack import contract
 from gpupack.gpus import CATALOG, DEFAULT_MIG_GPUS
 from gpupack.quantity import QuantityError, parse_quantity
-from gpupack.validation import describe
+from gpupack.validation import DOCUMENT_CONFIG, describe
 
 Sharing = Literal["mig", "time-slicing", "exclusive"]
 SpotPlacement = Literal["require", "prefer", "forbid"]
@@ -53,16 +52,7 @@ ObjectName = Annotated[str, AfterValidator(_dns_subdomain)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        validate_default=True,
-        allow_inf_nan=False,
-    )
-    """No NaN or infinity anywhere: `.inf` is valid YAML and passes `ge=0`, and a weight of `.inf` made every
-    MIG score NaN."""
+    model_config = ConfigDict(**DOCUMENT_CONFIG, validate_default=True)
 
 
 class ClassPolicy(_Model):

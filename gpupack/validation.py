@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
+
+DOCUMENT_CONFIG = ConfigDict(
+    alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, allow_inf_nan=False
+)
+"""How the YAML documents admins and users write are read (the policy ConfigMap, simulator scenarios): camelCase
+keys like Kubernetes objects, unknown fields refused (a typo is an error naming the field, not an ignored
+setting), immutable once read, and no NaN or infinity (`.inf` is valid YAML and passes `ge=0`; a weight of `.inf`
+made every MIG score NaN)."""
 
 
 def describe(exc: ValidationError, prefix: str = "", limit: int = 1, whole: str = "(document)") -> str:

@@ -14,11 +14,10 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
 
 from gpupack.policy import Policy, Sharing
 from gpupack.quantity import QuantityError, parse_quantity
-from gpupack.validation import describe
+from gpupack.validation import DOCUMENT_CONFIG, describe
 
 GpuKind = Literal["a100-mig", "h100", "t4"]
 DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}
@@ -33,16 +32,8 @@ class ScenarioError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        strict=True,
-        allow_inf_nan=False,
-    )
-    """Strict: YAML already gives numbers, strings and booleans, so `gpus: true` or `count: "3"` is a mistake; and
-    no NaN or infinity (`.nan` would fail a bound with a misleading message)."""
+    model_config = ConfigDict(**DOCUMENT_CONFIG, strict=True)
+    """Strict: YAML already gives numbers, strings and booleans, so `gpus: true` or `count: "3"` is a mistake."""
 
 
 class NodeGroup(_Model):
