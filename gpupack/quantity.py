@@ -31,6 +31,7 @@ MAX_QUANTITY = Decimal(2**63 - 1)
 _MAX_DIGITS = 19
 """Digits of `MAX_QUANTITY`: a value whose leading digit sits higher is too large without computing it."""
 _BINARY_DIGITS = {suffix: Decimal(factor).adjusted() for suffix, factor in _BINARY.items()}
+"""The power of ten of each binary suffix's leading digit (Ki: 3), to bound a value before multiplying."""
 _EXACT = Context(prec=80, Emax=999, Emin=-999)
 """Wide enough for any accepted value times any suffix (the bounds checked first keep it in range)."""
 
@@ -64,21 +65,19 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise QuantityError(f"{text!r} is not a finite quantity")
     if not value:
         return Decimal(0)  # "0e1000000" is zero: no exponent arithmetic
-    if suffix in _BINARY:
-        scale, magnitude = Decimal(_BINARY[suffix]), _BINARY_DIGITS[suffix]
-    elif suffix in _DECIMAL:
-        scale = _DECIMAL[suffix]
-        magnitude = scale.adjusted()
-    else:
-        magnitude = int(suffix[1:]) if len(suffix) < 12 else (10**12 if suffix[1] != "-" else -(10**12))
-        scale = Decimal(0)  # unused: the exponent scales `value` directly below
+    factor = _BINARY.get(suffix)
+    if factor is not None:
+        magnitude: int | Decimal = _BINARY_DIGITS[suffix]
+    else:  # a decimal suffix or an exponent: a power of ten, applied exactly by `scaleb`
+        # Decimal, not int: an exponent may have any number of digits (leading zeros too) and int() stops at 4,300
+        magnitude = _DECIMAL[suffix].adjusted() if suffix in _DECIMAL else Decimal(suffix[1:])
     leading = value.adjusted() + magnitude  # the power of ten of the leading digit, before any arithmetic
     if leading > _MAX_DIGITS:
         raise QuantityError(f"{text!r} is too large (at most {MAX_QUANTITY} base units)")
     if leading < -10:
         return NANO.copy_sign(value)  # far finer than 1n, which it rounds up to
     try:
-        value = value.scaleb(magnitude, _EXACT) if not scale else _EXACT.multiply(value, scale)
+        value = _EXACT.multiply(value, factor) if factor is not None else value.scaleb(magnitude, _EXACT)
         if value.as_tuple().exponent < -9:  # type: ignore[operator]  # finite: an int
             value = value.quantize(NANO, rounding=ROUND_UP, context=_EXACT)
     except DecimalException as exc:  # pragma: no cover - the bounds above keep every value in range

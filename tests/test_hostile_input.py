@@ -62,9 +62,11 @@ def test_a_quantity_finer_than_a_nano_unit_rounds_up_to_it_as_kubernetes_does() 
         ("1" + "0" * 42 + "e-41", 10),  # many digits and a small exponent: still exact
         ("1" + "0" * 60 + "e-60", 1),
         ("1" + "0" * 1000 + "e-995", 100_000),
+        ("1e0000000000005", 100_000),  # leading zeros in the exponent: still 5
+        ("1e-0000000000005", Decimal("0.00001")),
     ],
 )
-def test_a_quantity_written_with_extreme_digits_or_exponent_keeps_its_value(text: str, value: int) -> None:
+def test_a_quantity_written_with_extreme_digits_or_exponent_keeps_its_value(text: str, value: int | Decimal) -> None:
     assert parse_quantity(text) == value
 
 
