@@ -7,7 +7,7 @@ Two kinds of failure stay apart (kopf's AdmissionError / WebhookError):
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, TypeGuard
+from typing import Any, Final, Literal, TypeGuard, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -79,7 +79,7 @@ def parse_review(body: bytes) -> AdmissionReview:
         raise BadReview(f"not an AdmissionReview v1: {describe(exc, whole='(body)')}") from exc
 
 
-_OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+_OPERATIONS = frozenset(get_args(Operation))
 
 
 def _is_operation(value: object) -> TypeGuard[Operation]:
