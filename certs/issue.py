@@ -70,8 +70,17 @@ def issue_ca(common_name: str = "gpupack-ca", days: int = 3650) -> KeyPair:
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
 
-def issue_serving_cert(ca: KeyPair, dns_names: list[str], ips: list[str], days: int = 365) -> KeyPair:
-    """A server certificate signed by `ca` for the given DNS names and IP addresses.
+def issue_serving_cert(
+    ca: KeyPair,
+    dns_names: list[str],
+    ips: list[str],
+    days: int = 365,
+    valid_from: datetime.datetime | None = None,
+    usage: x509.ObjectIdentifier = ExtendedKeyUsageOID.SERVER_AUTH,
+) -> KeyPair:
+    """A server certificate signed by `ca` for the given DNS names and IP addresses, valid from `valid_from`
+    (default: five minutes ago, for clocks a little behind) for `days`. `usage` CLIENT_AUTH makes it a client
+    certificate instead (what kube-scheduler presents to an extender that verifies its callers).
 
     Raises ValueError when no name is given or an IP address does not parse.
     """
@@ -85,18 +94,18 @@ def issue_serving_cert(ca: KeyPair, dns_names: list[str], ips: list[str], days: 
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, (dns_names or ips)[0][:64])])
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
-    now = _now()
+    start = valid_from if valid_from is not None else _now() - datetime.timedelta(minutes=5)
     cert = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=days, minutes=5))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )

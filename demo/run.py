@@ -31,7 +31,7 @@ from extender.service import build_app as build_extender
 from gpupack.cluster import ClusterFacts
 from gpupack.kube import facts_from_lists
 from gpupack.policy import parse_policy
-from gpupack.server import ServeOptions, start_server, stop_server
+from gpupack.server import ServeOptions, start_server
 from webhook.demo import describe, ensure_certs, review
 from webhook.patches import apply_patch
 from webhook.service import WebhookConfig
@@ -65,11 +65,11 @@ class Placement:
 @asynccontextmanager
 async def serving(app: Any, cert: Path, key: Path) -> AsyncIterator[str]:
     """Serve `app` on a free loopback port over TLS; yields its base URL."""
-    runner, site, tasks = await start_server(app, ServeOptions("127.0.0.1", 0, cert, key))
+    serving = await start_server(app, ServeOptions("127.0.0.1", 0, cert, key))
     try:
-        yield f"https://127.0.0.1:{site.bound_port()}"
+        yield f"https://127.0.0.1:{serving.port}"
     finally:
-        await stop_server(runner, tasks)
+        await serving.stop()
 
 
 def write_cluster(directory: Path) -> tuple[Path, Path, Path]:

@@ -26,7 +26,7 @@ from extender.typical import ShapeBook
 from extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
 from extender.wire import ArgsError, ExtenderArgs, filter_result, parse_args, priority_list
 from gpupack.policy_store import PolicyStore
-from gpupack.server import BodyTimeout, add_standard_routes, read_body
+from gpupack.server import BodyError, add_standard_routes, read_body
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +72,11 @@ class Extender:
 
 
 EXTENDER: web.AppKey[Extender] = web.AppKey("extender")
-_BAD_INPUT = (ArgsError, DemandError, BodyTimeout, web.HTTPRequestEntityTooLarge)
+_BAD_INPUT = (ArgsError, DemandError, BodyError)
 
 
 async def _args(request: web.Request, extender: Extender) -> ExtenderArgs:
-    try:
-        raw = await read_body(request, extender.settings.body_timeout)
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise ArgsError(f"the request body exceeds the {extender.settings.max_body_bytes}-byte limit") from exc
+    raw = await read_body(request, extender.settings.body_timeout, extender.settings.max_body_bytes)
     return parse_args(raw)
 
 

@@ -40,3 +40,14 @@ def dns_name(text: str) -> str:
     if len(text) > 253 or not _DNS_NAME.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a DNS name")
     return text
+
+
+def port(text: str) -> int:
+    """A TCP port to listen on, 1-65535."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from exc
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number (1-65535)")
+    return value

@@ -14,15 +14,40 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
 from gpupack import logs
-from gpupack.argtypes import dns_name, positive_float, positive_int
+from gpupack.argtypes import dns_name, port, positive_float, positive_int
 from gpupack.policy import PolicyError
+
+if TYPE_CHECKING:
+    from gpupack.server import ServeOptions
+
+
+def _listener_flags(parser: argparse.ArgumentParser, host: str, default_port: int, host_help: str) -> None:
+    """The flags both services share: where they listen, the health listener, and the connection limit."""
+    parser.add_argument("--host", default=host, help=host_help)
+    parser.add_argument("--port", type=port, default=default_port, help=f"port to listen on (default {default_port})")
+    parser.add_argument(
+        "--health-port",
+        type=port,
+        help="also serve /healthz, /readyz and /metrics over plain HTTP on this port (what the kubelet's probes and "
+        "Prometheus reach on the pod IP; default: no such listener)",
+    )
+    parser.add_argument("--health-host", default="0.0.0.0", help="address of the health listener (default 0.0.0.0)")
+    parser.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=256,
+        help="connections held per listener; at the limit a new one replaces the longest-idle one (default 256)",
+    )
+    parser.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,13 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument("--config", type=Path, help="policy YAML (the mounted ConfigMap key); default: built-in policy")
     hook.add_argument("--cert-file", type=Path, required=True, help="serving certificate (PEM), e.g. tls.crt")
     hook.add_argument("--key-file", type=Path, required=True, help="private key (PEM), e.g. tls.key")
-    hook.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    hook.add_argument("--port", type=int, default=8443, help="port to listen on (default 8443)")
+    _listener_flags(hook, "0.0.0.0", 8443, "address to listen on (default 0.0.0.0: the API server calls it)")
     api = hook.add_mutually_exclusive_group()
     api.add_argument("--kubeconfig", type=Path, help="read PriorityClasses and node GPU resources with this kubeconfig")
     api.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
     hook.add_argument("--policy-poll-seconds", type=positive_float, default=5.0, help="policy file check period")
-    hook.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
     hook.add_argument("--max-body-bytes", type=int, default=3 * 1024 * 1024, help="larger bodies get HTTP 413")
     hook.add_argument("--body-timeout", type=positive_float, default=10.0, help="seconds to receive a body (else 408)")
 
@@ -58,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         "extender",
         help="serve the kube-scheduler extender",
         description="Serve POST /filter and POST /prioritize (kube-scheduler extender v1), GET /state, /healthz, "
-        "/readyz and /metrics; over TLS when --cert-file and --key-file are given. Nodes and pods come from the API "
+        "/readyz and /metrics on loopback (kube-scheduler beside it calls it there); anywhere else only over TLS with "
+        "client certificates (--cert-file, --key-file, --client-ca-file), since a caller can reserve capacity. "
+        "Nodes and pods come from the API "
         "(list + watch; --kubeconfig, else the pod's service account) or from list files (--nodes, --pods); live "
         "GPU utilization from Prometheus (--prometheus-url) or a DCGM exporter text snapshot (--metrics-file).",
     )
@@ -70,12 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     ext_live = ext.add_mutually_exclusive_group()
     ext_live.add_argument("--prometheus-url", help="Prometheus base URL, e.g. http://prometheus:9090")
     ext_live.add_argument("--metrics-file", type=Path, help="a DCGM exporter /metrics text snapshot")
-    ext.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    ext.add_argument("--port", type=int, default=8888, help="port to listen on (default 8888)")
+    _listener_flags(
+        ext, "127.0.0.1", 8888, "address of the verbs (default 127.0.0.1; another address needs TLS and client CA)"
+    )
     ext.add_argument("--cert-file", type=Path, help="serving certificate (PEM) for HTTPS")
     ext.add_argument("--key-file", type=Path, help="private key (PEM) for HTTPS")
+    ext.add_argument("--client-ca-file", type=Path, help="accept only clients with a certificate signed by this CA")
     ext.add_argument("--policy-poll-seconds", type=positive_float, default=5.0, help="policy file check period")
-    ext.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
 
     sim = sub.add_parser(
         "simulate",
@@ -153,14 +179,39 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _cmd_webhook(args: argparse.Namespace) -> int:
+def _serve_options(args: argparse.Namespace, client_ca_file: Path | None = None) -> ServeOptions:
     from gpupack.server import ServeOptions
+
+    return ServeOptions(
+        host=args.host,
+        port=args.port,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+        client_ca_file=client_ca_file,
+        cert_poll_seconds=args.cert_poll_seconds,
+        max_connections=args.max_connections,
+        health_host=args.health_host,
+        health_port=args.health_port,
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable only from inside the pod (the kubelet and other pods cannot connect)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cmd_webhook(args: argparse.Namespace) -> int:
     from webhook.app import WebhookSettings
     from webhook.service import WebhookConfig, run
 
     config = WebhookConfig(
         policy_file=args.config,
-        serve=ServeOptions(args.host, args.port, args.cert_file, args.key_file, args.cert_poll_seconds),
+        serve=_serve_options(args),
         settings=WebhookSettings(args.max_body_bytes, args.body_timeout),
         policy_poll_seconds=args.policy_poll_seconds,
         kubeconfig=args.kubeconfig,
@@ -172,15 +223,22 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
 
 def _cmd_extender(args: argparse.Namespace) -> int:
     from extender.service import ExtenderConfig, run
-    from gpupack.server import ServeOptions
 
     if bool(args.cert_file) != bool(args.key_file):
         raise ValueError("--cert-file and --key-file go together")
+    if args.client_ca_file and not args.cert_file:
+        raise ValueError("--client-ca-file needs --cert-file and --key-file (client certificates are a TLS feature)")
+    if not is_loopback(args.host) and not (args.cert_file and args.client_ca_file):
+        raise ValueError(
+            f"--host {args.host} is not loopback: a caller of /filter or /prioritize can reserve capacity, so the "
+            "verbs are served there only over TLS with client certificates (--cert-file, --key-file, "
+            "--client-ca-file); or keep the default 127.0.0.1 and let kube-scheduler call from the same pod"
+        )
     if args.pods and not args.nodes:
         raise ValueError("--pods needs --nodes")
     config = ExtenderConfig(
         policy_file=args.config,
-        serve=ServeOptions(args.host, args.port, args.cert_file, args.key_file, args.cert_poll_seconds),
+        serve=_serve_options(args, args.client_ca_file),
         policy_poll_seconds=args.policy_poll_seconds,
         kubeconfig=args.kubeconfig,
         in_cluster=args.nodes is None and args.kubeconfig is None,

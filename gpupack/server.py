@@ -1,9 +1,16 @@
-"""Server bootstrap shared by the webhook and the extender: TLS with live certificate reload, health,
-`/metrics`, bounded request bodies and timeouts, graceful shutdown.
+"""Server bootstrap shared by the webhook and the extender: listeners with bounded connections, TLS with live
+certificate reload, a health and metrics listener, bounded request bodies and timeouts, graceful shutdown.
 
-Slow clients are cut off at every stage: the TLS handshake (`handshake_timeout`), the request headers and
-idle keep-alive connections (aiohttp's keep-alive timer, which partial headers do not reset:
-`keepalive_timeout`), and the request body (`read_body`).
+Slow or idle clients are cut off at every stage: the number of connections held (`gpupack.connections`), the TLS
+handshake (`handshake_timeout`), the request headers and idle keep-alive connections (aiohttp's keep-alive
+timer, which partial headers do not reset: `keepalive_timeout`), and the request body (`read_body`).
+
+Exceptions raised by `read_body`, each with the HTTP status the webhook answers:
+
+    BodyError           the request body cannot be used
+      BodyTimeout       408: it did not arrive in time
+      BodyTooLarge      413: it is (or says it is) larger than the limit
+      BodyUnreadable    400: its Content-Encoding does not decode, or the connection broke mid-body
 """
 
 from __future__ import annotations
@@ -14,14 +21,17 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from aiohttp.web_protocol import RequestPayloadError
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
-from certs.tls import reload_chain, server_context
-from gpupack.watch import files_digest, poll_changes
+from certs.tls import server_context, validity
+from gpupack.certwatch import CertificateReloader
+from gpupack.connections import DEFAULT_LIMIT, ConnectionGuard, ConnectionMetrics, protocol_factory, trim_memory
+from gpupack.malformed import ProtocolLog
 
 log = logging.getLogger(__name__)
 
@@ -29,39 +39,85 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 
 
-class BodyTimeout(Exception):
+class BodyError(Exception):
+    """The request body cannot be used; `status` is the HTTP answer and `reason` the metric label."""
+
+    status = 400
+    reason = "unreadable"
+
+
+class BodyTimeout(BodyError):
     """The client did not send its whole body in time."""
+
+    status = 408
+    reason = "timeout"
+
+
+class BodyTooLarge(BodyError):
+    """The body is, or its Content-Length says it will be, larger than the limit."""
+
+    status = 413
+    reason = "too_large"
+
+
+class BodyUnreadable(BodyError):
+    """The body does not decode (a Content-Encoding that is not what it says) or broke off."""
 
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
-    """Listening address and limits of one server."""
+    """Listening addresses and limits of one server."""
 
     host: str = "0.0.0.0"
     port: int = 8443
     cert_file: Path | None = None
     key_file: Path | None = None
+    client_ca_file: Path | None = None
+    """With TLS: clients must present a certificate this CA signed."""
     cert_poll_seconds: float = 10.0
     handshake_timeout: float = 10.0
     keepalive_timeout: float = 75.0
     shutdown_timeout: float = 15.0
+    max_connections: int = DEFAULT_LIMIT
+    """Connections each listener holds (see `gpupack.connections`)."""
+    health_host: str = "0.0.0.0"
+    health_port: int | None = None
+    """A second, plain HTTP listener for `/healthz`, `/readyz` and `/metrics` only (None: none): what the kubelet
+    and Prometheus reach on the pod IP, when the main listener is on loopback or needs a client certificate."""
+
+    @property
+    def tls(self) -> bool:
+        """Whether the main listener speaks TLS."""
+        return self.cert_file is not None and self.key_file is not None
 
 
-async def read_body(request: web.Request, timeout: float) -> bytes:
-    """The whole body within `timeout` seconds. Raises BodyTimeout; an oversized body raises aiohttp's 413.
+async def read_body(request: web.Request, timeout: float, limit: int) -> bytes:
+    """The whole body within `timeout` seconds and `limit` bytes. Raises BodyTooLarge (at once when the
+    Content-Length says so: waiting for a body that will be refused only holds the connection), BodyTimeout,
+    or BodyUnreadable.
 
     The timer is armed only when part of the body has yet to arrive. Clients (the API server, kube-scheduler)
     send a request in one write, so by the time a handler runs aiohttp has usually parsed the whole body:
     reading it then cannot block, and arming `asyncio.timeout` (a timer scheduled and cancelled on the event
     loop) cost about 30 µs per request on the webhook benchmark. A slow client still meets the timeout.
     """
-    if request.content.is_eof():
-        return await request.read()
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise BodyTooLarge(f"the request body ({declared} bytes) exceeds the {limit}-byte limit")
     try:
-        async with asyncio.timeout(timeout):  # unlike wait_for, no extra task per request
+        if request.content.is_eof():
             return await request.read()
-    except TimeoutError as exc:
-        raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from exc
+        try:
+            async with asyncio.timeout(timeout):  # unlike wait_for, no extra task per request
+                return await request.read()
+        except TimeoutError as exc:
+            raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from exc
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise BodyTooLarge(f"the request body exceeds the {limit}-byte limit") from exc
+    except RequestPayloadError as exc:
+        encoding = request.headers.get("Content-Encoding")
+        said = f" (Content-Encoding: {encoding[:40]})" if encoding else ""
+        raise BodyUnreadable(f"the request body cannot be read{said}: {exc}") from exc
 
 
 async def _healthz(_request: web.Request) -> web.Response:
@@ -88,14 +144,43 @@ def add_standard_routes(app: web.Application, registry: CollectorRegistry, ready
     app.router.add_get("/metrics", _metrics)
 
 
-class TLSSite(web.BaseSite):
-    """A TCP site whose TLS handshake has a deadline (aiohttp's TCPSite leaves asyncio's 60 s default)."""
+class ServingMetrics:
+    """What the listeners export: connections, the certificate's expiry and reloads, malformed requests."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.connections = ConnectionMetrics(registry)
+        self.certificate_expiry = Gauge(
+            "gpupack_certificate_expiry_timestamp_seconds",
+            "When the serving certificate in use expires (Unix time).",
+            registry=registry,
+        )
+        self.certificate_failures = Counter(
+            "gpupack_certificate_reload_failures_total",
+            "Certificate files that changed but were not loaded: unreadable, mismatched, expired or not yet valid.",
+            registry=registry,
+        )
+        self.malformed = Counter(
+            "gpupack_server_malformed_requests_total",
+            "HTTP requests that did not parse (answered 400 by the HTTP layer).",
+            registry=registry,
+        )
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP listener whose connections a ConnectionGuard holds, over TLS (with a handshake deadline; aiohttp's
+    TCPSite leaves asyncio's 60 s default) or plain HTTP."""
 
     def __init__(
-        self, runner: web.BaseRunner, host: str, port: int, ssl_context: ssl.SSLContext | None, handshake: float
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None,
+        handshake: float,
+        guard: ConnectionGuard,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
-        self._host, self._port, self._handshake = host, port, handshake
+        self._host, self._port, self._handshake, self.guard = host, port, handshake, guard
 
     @property
     def name(self) -> str:
@@ -108,14 +193,8 @@ class TLSSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
-        self._server = await loop.create_server(
-            server,
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            ssl_handshake_timeout=self._handshake if self._ssl_context else None,
-            reuse_address=True,
-        )
+        factory = protocol_factory(loop, server, self.guard, self._ssl_context, self._handshake)
+        self._server = await loop.create_server(factory, self._host, self._port, reuse_address=True)
 
     def bound_port(self) -> int:
         """The port actually bound (useful with port 0)."""
@@ -125,49 +204,104 @@ class TLSSite(web.BaseSite):
         return port
 
 
-async def start_server(
-    app: web.Application, options: ServeOptions
-) -> tuple[web.AppRunner, TLSSite, list[asyncio.Task[None]]]:
-    """Start serving `app`; returns the runner, the site and the background tasks (certificate reload).
+@dataclass(slots=True)
+class Serving:
+    """A running server: its main listener, its health listener if any, and its background tasks."""
 
-    Raises OSError / ssl.SSLError when the certificate files cannot be loaded: a server must not start without them.
-    """
-    context: ssl.SSLContext | None = None
-    tasks: list[asyncio.Task[None]] = []
-    if options.cert_file and options.key_file:
-        cert, key = options.cert_file, options.key_file
-        context = live = server_context(cert, key)
+    runners: list[web.AppRunner]
+    site: GuardedSite
+    health: GuardedSite | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-        def reload() -> None:
-            try:
-                reload_chain(live, cert, key)
-                log.info("serving certificate reloaded from %s", cert)
-            except (OSError, ssl.SSLError) as exc:
-                log.warning("certificate files changed but do not load yet (%s); keeping the current one", exc)
+    @property
+    def port(self) -> int:
+        """The main listener's port."""
+        return self.site.bound_port()
 
-        tasks.append(
-            asyncio.create_task(poll_changes([cert, key], options.cert_poll_seconds, reload, files_digest([cert, key])))
-        )
+    @property
+    def health_port(self) -> int | None:
+        """The health listener's port."""
+        return None if self.health is None else self.health.bound_port()
+
+    async def stop(self) -> None:
+        """Stop the background tasks, then finish requests in flight and close every listener."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for runner in reversed(self.runners):
+            await runner.cleanup()
+
+
+def _tls(options: ServeOptions, metrics: ServingMetrics) -> tuple[ssl.SSLContext, CertificateReloader]:
+    assert options.cert_file is not None and options.key_file is not None
+    cert, key = options.cert_file, options.key_file
+    expires = validity(cert)  # an expired certificate would load and then fail every client: refuse to start
+    context = server_context(cert, key, options.client_ca_file)
+    reloader = CertificateReloader(
+        context,
+        cert,
+        key,
+        expires,
+        on_loaded=lambda when: metrics.certificate_expiry.set(when.timestamp()),
+        on_failure=lambda _problem: metrics.certificate_failures.inc(),
+    )
+    return context, reloader
+
+
+async def _listen(
+    app: web.Application,
+    host: str,
+    port: int,
+    context: ssl.SSLContext | None,
+    options: ServeOptions,
+    name: str,
+    metrics: ServingMetrics,
+) -> tuple[web.AppRunner, GuardedSite]:
     runner = web.AppRunner(
-        app, access_log=None, keepalive_timeout=options.keepalive_timeout, shutdown_timeout=options.shutdown_timeout
+        app,
+        access_log=None,
+        keepalive_timeout=options.keepalive_timeout,
+        shutdown_timeout=options.shutdown_timeout,
+        logger=ProtocolLog(logging.getLogger("aiohttp.server"), metrics.malformed.inc),
     )
     await runner.setup()
-    site = TLSSite(runner, options.host, options.port, context, options.handshake_timeout)
+    guard = ConnectionGuard(options.max_connections, name, metrics.connections)
+    site = GuardedSite(runner, host, port, context, options.handshake_timeout, guard)
     await site.start()
-    log.info("serving on %s", site.name)
-    return runner, site, tasks
+    log.info("serving %s on %s", name, site.name)
+    return runner, site
 
 
-async def stop_server(runner: web.AppRunner, tasks: list[asyncio.Task[None]]) -> None:
-    """Stop the background tasks of `start_server`, then finish requests in flight and close."""
-    for task in tasks:
-        task.cancel()
-    await runner.cleanup()
+async def start_server(app: web.Application, options: ServeOptions) -> Serving:
+    """Start serving `app` (and, with `health_port`, its standard routes on a second listener).
+
+    Raises OSError / ssl.SSLError when the certificate files cannot be loaded, and CertificateProblem when the
+    certificate has expired or is not valid yet: a server must not start with a certificate clients refuse.
+    """
+    registry = app.get(REGISTRY) or CollectorRegistry()
+    metrics = ServingMetrics(registry)
+    context: ssl.SSLContext | None = None
+    tasks: list[asyncio.Task[None]] = []
+    if options.tls:
+        context, reloader = _tls(options, metrics)
+        tasks.append(asyncio.create_task(reloader.run(options.cert_poll_seconds)))
+    runner, site = await _listen(app, options.host, options.port, context, options, "serving", metrics)
+    serving = Serving([runner], site, tasks=tasks)
+    if options.health_port is not None:
+        health_app = web.Application()
+        add_standard_routes(health_app, registry, app.get(READY) or (lambda: True))
+        health_runner, serving.health = await _listen(
+            health_app, options.health_host, options.health_port, None, options, "health", metrics
+        )
+        serving.runners.append(health_runner)
+    guards = [site.guard] + ([serving.health.guard] if serving.health else [])
+    tasks.append(asyncio.create_task(trim_memory(guards)))
+    return serving
 
 
 async def serve_forever(app: web.Application, options: ServeOptions) -> None:
     """Serve until SIGTERM or SIGINT, then stop accepting, finish requests in flight and clean up."""
-    runner, _site, tasks = await start_server(app, options)
+    serving = await start_server(app, options)
     # Everything loaded so far lives as long as the process: keep it out of every garbage collection.
     gc.freeze()
     stop = asyncio.Event()
@@ -177,4 +311,4 @@ async def serve_forever(app: web.Application, options: ServeOptions) -> None:
     try:
         await stop.wait()
     finally:
-        await stop_server(runner, tasks)
+        await serving.stop()

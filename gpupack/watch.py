@@ -16,6 +16,22 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+def unreadable(paths: Sequence[Path]) -> str | None:
+    """Why one of `paths` cannot be read right now (None when all can): a mounted key removed from its
+    ConfigMap or Secret leaves a dangling symlink, which must be said, not skipped."""
+    for path in paths:
+        try:
+            with path.open("rb"):
+                pass
+        except FileNotFoundError:
+            if path.is_symlink():
+                return f"{path} is a dangling symlink (to {path.readlink()}): its key is gone from the mount"
+            return f"{path} does not exist"
+        except OSError as exc:
+            return f"{path} cannot be read: {exc.strerror or exc}"
+    return None
+
+
 def files_digest(paths: Sequence[Path]) -> str | None:
     """SHA-256 over the bytes of `paths` in order; None when one of them cannot be read right now."""
     digest = hashlib.sha256()
@@ -29,18 +45,32 @@ def files_digest(paths: Sequence[Path]) -> str | None:
 
 
 async def poll_changes(
-    paths: Sequence[Path], interval: float, on_change: Callable[[], object], initial: str | None
+    paths: Sequence[Path],
+    interval: float,
+    on_change: Callable[[], object],
+    initial: str | None,
+    on_unreadable: Callable[[str], None] | None = None,
 ) -> None:
     """Call `on_change` whenever the digest of `paths` differs from the last one seen; runs until cancelled.
 
-    A digest that cannot be computed (a file missing mid-swap) is skipped, not reported: the next poll sees the
-    settled state. `on_change` handles its own failures; an exception from it is logged and polling goes on.
+    A file that cannot be read is reported once to `on_unreadable` with the reason (a dangling symlink, a
+    missing file), not at every poll, and the digest seen stays the last readable one, so the same content
+    coming back is no change. `on_change` handles its own failures; an exception from it is logged and polling
+    goes on.
     """
     last = initial
+    missing = False
     while True:
         await asyncio.sleep(interval)
         current = files_digest(paths)
-        if current is None or current == last:
+        if current is None:
+            reason = unreadable(paths)
+            if reason is not None and not missing and on_unreadable is not None:
+                on_unreadable(reason)
+            missing = reason is not None
+            continue
+        missing = False
+        if current == last:
             continue
         last = current
         try:

@@ -121,17 +121,17 @@ async def test_extender_serves_the_verbs_over_tls(tls_dir: Path) -> None:
 
     import aiohttp
 
-    from gpupack.server import ServeOptions, start_server, stop_server
+    from gpupack.server import ServeOptions, start_server
 
     app = make_app(extender_for(recorded_nodes()), registry())
     options = ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key")
-    runner, site, tasks = await start_server(app, options)
+    serving = await start_server(app, options)
     try:
         context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
-            url = f"https://127.0.0.1:{site.bound_port()}/filter"
+            url = f"https://127.0.0.1:{serving.port}/filter"
             async with session.post(url, json=recorded_args("000-filter-llm-infer-7b-abc12.json")) as resp:
                 body = await resp.json()
         assert resp.status == 200 and body["NodeNames"] == ["a100-od-1", "a100-od-2"]
     finally:
-        await stop_server(runner, tasks)
+        await serving.stop()

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
 from certs.tls import server_context
-from gpupack.server import ServeOptions, start_server, stop_server
+from gpupack.server import ServeOptions, start_server
 from tests.conftest import W, admission_review, make_pod
 from webhook.service import WebhookConfig, build_app
 
@@ -34,11 +34,11 @@ async def webhook_port(tls_dir: Path) -> AsyncIterator[int]:
     """A running webhook on a loopback port, serving tls_dir's certificate and polling it every 50 ms."""
     app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
     options = ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key", cert_poll_seconds=0.05)
-    runner, site, tasks = await start_server(app, options)
+    serving = await start_server(app, options)
     try:
-        yield site.bound_port()
+        yield serving.port
     finally:
-        await stop_server(runner, tasks)
+        await serving.stop()
 
 
 async def test_rotation_during_a_stream_of_requests_fails_none(webhook_port: int, tls_dir: Path, ca: KeyPair) -> None:
@@ -106,9 +106,9 @@ async def test_a_slow_client_is_cut_off_at_every_stage(tls_dir: Path, stage: str
     options = ServeOptions(
         "127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key", handshake_timeout=0.5, keepalive_timeout=0.5
     )
-    runner, site, tasks = await start_server(app, options)
+    serving = await start_server(app, options)
     try:
-        port = site.bound_port()
+        port = serving.port
         if stage == "handshake":
             reader, writer = await asyncio.open_connection("127.0.0.1", port)  # plain TCP: never says hello
             assert await asyncio.wait_for(reader.read(), 3) == b""
@@ -131,4 +131,4 @@ async def test_a_slow_client_is_cut_off_at_every_stage(tls_dir: Path, stage: str
             assert answer.startswith(b"HTTP/1.1 408")
         writer.close()
     finally:
-        await stop_server(runner, tasks)
+        await serving.stop()

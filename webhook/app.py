@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from gpupack.kube import ClusterFactsCache
 from gpupack.policy_store import PolicyStore
-from gpupack.server import BodyTimeout, add_standard_routes, read_body
+from gpupack.server import BodyError, add_standard_routes, read_body
 from webhook.metrics import WebhookMetrics
 from webhook.mutate import Decision, InvalidObject, MutationContext, plan
 from webhook.review import BadReview, build_response, error_response, parse_review
@@ -72,12 +72,9 @@ async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Respons
     state = request.app[STATE]
     started = time.perf_counter()
     try:
-        body = await read_body(request, state.settings.body_timeout)
-    except BodyTimeout as exc:
-        return _problem(state, 408, "timeout", str(exc))
-    except web.HTTPRequestEntityTooLarge:
-        limit = state.settings.max_body_bytes
-        return _problem(state, 413, "too_large", f"the request body exceeds the {limit}-byte limit")
+        body = await read_body(request, state.settings.body_timeout, state.settings.max_body_bytes)
+    except BodyError as exc:
+        return _problem(state, exc.status, exc.reason, str(exc))
     try:
         review = parse_review(body)
     except BadReview as exc:

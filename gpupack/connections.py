@@ -1,0 +1,269 @@
+"""How many connections one listener holds, what each costs, and giving the memory back when they close.
+
+A client that opens connections and sends nothing must not be able to take a service down. Measured on the
+webhook before this module (2026-12-01): 600 plain TCP connections that never start the TLS handshake took it
+from 70 MB to 249 MB, over its 256 Mi limit, and 1,000 idle TLS connections to 344 MB; the memory stayed after
+they closed. Three things caused it, and each has its answer here:
+
+- asyncio's TLS protocol allocates and zero-fills a 256 KiB read buffer per connection when it is accepted,
+  before any byte arrives. `GuardedTLS` reads in 16 KiB, the size of one TLS record's payload (1,000 idle TLS
+  connections: +40 MB instead of +275 MB).
+- Nothing bounded the connections held. `ConnectionGuard` keeps at most `limit` per listener. At the limit a
+  new connection closes the connection that has gone longest without a request in progress, preferring one that
+  never sent a request. A connection idle in a handshake or between keep-alive requests costs its client a
+  reconnect (the API server retries a request whose idle connection was closed), while a flood of idle
+  connections only evicts its own. Only when every held connection is busy is the new one refused.
+- glibc keeps freed memory in its heap. When enough connections have closed, `trim_memory` asks it to give the
+  free pages back (`malloc_trim`), at most every few seconds (1,000 TLS connections closed: back to within
+  5 MB of the start, instead of none of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+from asyncio import sslproto
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+log = logging.getLogger(__name__)
+
+TLS_READ_BUFFER = 16 * 1024
+"""Bytes a TLS connection reads from its socket at a time: one TLS record's payload (asyncio's default is
+256 KiB, allocated for every connection accepted)."""
+
+DEFAULT_LIMIT = 256
+"""Connections one listener holds. The API servers of a cluster keep a few keep-alive connections each to a
+webhook (tens in a burst) and kube-scheduler one or two to its extender: 256 is ample for them and bounds the
+memory of idle ones at about 10 MB."""
+
+
+class ConnectionMetrics:
+    """`gpupack_server_connections{listener}` and the connections evicted or refused at the limit."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.open = Gauge(
+            "gpupack_server_connections", "Connections held, by listener.", ["listener"], registry=registry
+        )
+        self.evicted = Counter(
+            "gpupack_server_connections_evicted_total",
+            "Idle connections closed to make room for a new one at the connection limit.",
+            ["listener"],
+            registry=registry,
+        )
+        self.refused = Counter(
+            "gpupack_server_connections_refused_total",
+            "New connections closed at once because every connection held was busy with a request.",
+            ["listener"],
+            registry=registry,
+        )
+
+
+def _abort(transport: asyncio.BaseTransport) -> None:
+    """Close at once, dropping whatever is unsent (the connection is idle or being refused)."""
+    if isinstance(transport, asyncio.Transport):
+        transport.abort()
+    else:
+        transport.close()
+
+
+@dataclass(slots=True)
+class _Held:
+    transport: asyncio.BaseTransport
+    handler: Any
+    """aiohttp's RequestHandler for the connection: it knows whether a request is in progress."""
+
+
+def _busy(handler: Any) -> bool:
+    """Whether the connection is serving a request (or has one queued), so closing it would lose work.
+
+    Reads aiohttp's RequestHandler state (`_request_in_progress`, `_messages`); when aiohttp no longer has them
+    the connection counts as busy, so nothing in flight is ever cut (the eviction tests would then fail).
+    """
+    return bool(getattr(handler, "_request_in_progress", True) or getattr(handler, "_messages", True))
+
+
+def _served(handler: Any) -> bool:
+    """Whether the connection has sent at least one request (a client's keep-alive connection, not a probe)."""
+    return bool(getattr(handler, "_request_count", 1))
+
+
+class ConnectionGuard:
+    """The connections of one listener, oldest first; `admit` makes room at the limit or refuses."""
+
+    def __init__(self, limit: int, listener: str, metrics: ConnectionMetrics | None = None) -> None:
+        if limit < 1:
+            raise ValueError(f"the connection limit must be at least 1, got {limit}")
+        self.limit = limit
+        self.listener = listener
+        self._held: dict[object, _Held] = {}
+        self.closed = 0
+        """Connections released so far (the memory trimmer watches it)."""
+        self._metrics = metrics
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _victim(self) -> object | None:
+        """The idle connection to close: one that never sent a request, else the oldest idle one."""
+        oldest_idle: object | None = None
+        for key, held in self._held.items():
+            if _busy(held.handler):
+                continue
+            if not _served(held.handler):
+                return key
+            if oldest_idle is None:
+                oldest_idle = key
+        return oldest_idle
+
+    def admit(self, key: object, transport: asyncio.BaseTransport, handler: Any) -> bool:
+        """Hold a new connection; False when it must be closed at once (the limit is reached, all busy)."""
+        if len(self._held) >= self.limit:
+            victim = self._victim()
+            if victim is None:
+                if self._metrics is not None:
+                    self._metrics.refused.labels(self.listener).inc()
+                log.warning("connection refused: all %d connections are busy", self.limit)
+                return False
+            evicted = self._held.pop(victim)
+            _abort(evicted.transport)  # its protocol's connection_lost follows and calls release()
+            if self._metrics is not None:
+                self._metrics.evicted.labels(self.listener).inc()
+        self._held[key] = _Held(transport, handler)
+        if self._metrics is not None:
+            self._metrics.open.labels(self.listener).set(len(self._held))
+        return True
+
+    def release(self, key: object) -> None:
+        """Forget a closed connection."""
+        if self._held.pop(key, None) is not None:
+            self.closed += 1
+            if self._metrics is not None:
+                self._metrics.open.labels(self.listener).set(len(self._held))
+
+
+class GuardedTLS(sslproto.SSLProtocol):
+    """asyncio's server-side TLS protocol with a 16 KiB read buffer, held by a ConnectionGuard.
+
+    `loop.create_server(ssl=...)` builds the same protocol with a 256 KiB buffer and no hook for either; the
+    listener builds this one itself and serves it as a plain TCP protocol, which is what asyncio does inside.
+    """
+
+    max_size = TLS_READ_BUFFER
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        handler: asyncio.BaseProtocol,
+        context: Any,
+        handshake_timeout: float,
+        guard: ConnectionGuard,
+    ) -> None:
+        # No waiter: nothing awaits the handshake (asyncio's own accept path awaits one only to log failures).
+        super().__init__(
+            loop,
+            handler,
+            context,
+            None,  # type: ignore[arg-type]
+            server_side=True,
+            ssl_handshake_timeout=handshake_timeout,  # type: ignore[arg-type]
+        )
+        self._guard = guard
+        self._handler = handler
+        self._admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._guard.admit(self, transport, self._handler):
+            _abort(transport)
+            return
+        self._admitted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._admitted:
+            return
+        self._guard.release(self)
+        super().connection_lost(exc)
+
+
+class GuardedPlain(asyncio.Protocol):
+    """A plain HTTP connection held by a ConnectionGuard: forwards every event to aiohttp's RequestHandler."""
+
+    def __init__(self, handler: Any, guard: ConnectionGuard) -> None:
+        self._handler = handler
+        self._guard = guard
+        self._admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._guard.admit(self, transport, self._handler):
+            _abort(transport)
+            return
+        self._admitted = True
+        self._handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        result: bool | None = self._handler.eof_received()
+        return result
+
+    def pause_writing(self) -> None:
+        self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._admitted:
+            return
+        self._guard.release(self)
+        self._handler.connection_lost(exc)
+
+
+def protocol_factory(
+    loop: asyncio.AbstractEventLoop,
+    handlers: Callable[[], Any],
+    guard: ConnectionGuard,
+    tls: Any | None,
+    handshake_timeout: float,
+) -> Callable[[], asyncio.BaseProtocol]:
+    """The protocol factory of one listener: each connection held by `guard`, over TLS when `tls` is a context."""
+    if tls is None:
+        return lambda: GuardedPlain(handlers(), guard)
+    return lambda: GuardedTLS(loop, handlers(), tls, handshake_timeout, guard)
+
+
+TRIM_AFTER = 32
+"""Connections closed before the memory they held is handed back to the operating system."""
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, or None on a C library without it (musl, macOS)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+    return trim
+
+
+async def trim_memory(guards: list[ConnectionGuard], interval: float = 5.0) -> None:
+    """Every `interval` seconds, if at least TRIM_AFTER connections closed since the last trim, ask the C library
+    to return its free heap pages; runs until cancelled."""
+    trim = _malloc_trim()
+    if trim is None:
+        return
+    seen = sum(g.closed for g in guards)
+    while True:
+        await asyncio.sleep(interval)
+        closed = sum(g.closed for g in guards)
+        if closed - seen >= TRIM_AFTER:
+            seen = closed
+            trim(0)

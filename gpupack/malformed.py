@@ -1,0 +1,65 @@
+"""Malformed HTTP requests in the log: one line at WARNING, at most one every few seconds, never a traceback.
+
+aiohttp answers a request it cannot parse (a bad Content-Length, a bare LF, a NUL byte, an oversized header)
+with 400 by itself, then logs the parser's exception with its full traceback at ERROR. A client that sends
+garbage in a loop would fill the log with tracebacks that say nothing about gpupack; a genuine error in a
+handler still logs its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
+
+INTERVAL_SECONDS = 10.0
+"""Least time between two log lines about malformed requests; the ones in between are counted in the next."""
+
+_CLIENT_ERRORS = (HttpProcessingError, RequestPayloadError)
+
+
+class RateLimit:
+    """Allows one event per `interval` seconds and counts the ones it holds back."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._next = float("-inf")
+        self.held_back = 0
+
+    def allow(self) -> int | None:
+        """None when this event is held back; else how many were held back since the last one allowed."""
+        now = self._clock()
+        if now < self._next:
+            self.held_back += 1
+            return None
+        self._next = now + self.interval
+        held, self.held_back = self.held_back, 0
+        return held
+
+
+class ProtocolLog(logging.LoggerAdapter[logging.Logger]):
+    """The logger aiohttp's request handlers are given: client mistakes become one rate-limited WARNING line,
+    everything else passes through unchanged. `on_malformed` counts every malformed request (a metric)."""
+
+    def __init__(self, logger: logging.Logger, on_malformed: Callable[[], None] | None = None) -> None:
+        super().__init__(logger, {})
+        self._limit = RateLimit(INTERVAL_SECONDS)
+        self._on_malformed = on_malformed
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if not isinstance(exc_info, _CLIENT_ERRORS):
+            self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+            return
+        if self._on_malformed is not None:
+            self._on_malformed()
+        held = self._limit.allow()
+        if held is None:
+            return
+        more = f" ({held} more since the last line)" if held else ""
+        reason = str(exc_info).replace("\n", " ")[:300]
+        self.logger.warning("%s: %s: %s%s", str(msg) % args, type(exc_info).__name__, reason, more)
