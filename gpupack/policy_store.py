@@ -1,20 +1,30 @@
 """The policy in force: loaded from the mounted ConfigMap file and replaced only by a version that validates.
 
 A bad edit of the ConfigMap must never take admission down or silently change behaviour: the store logs the
-field and the problem, counts the failure, and keeps serving the last good version.
+field and the problem, counts the failure, and keeps serving the last good version. That covers a document that
+does not validate, one larger than a ConfigMap holds, a reload to an empty document (`{}` resets to the defaults
+explicitly), and a key that vanished from the mount (a dangling symlink). A reload is parsed in a child
+process (`gpupack.policy_child`), so the event loop keeps answering admissions while a large policy is parsed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import pickle
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupack.policy import Policy, PolicyError, parse_policy, policy_version
+from gpupack.policy import MAX_POLICY_BYTES, Policy, PolicyError, parse_policy, policy_version
 from gpupack.watch import poll_changes
 
 log = logging.getLogger(__name__)
+
+
+CHILD_TIMEOUT_SECONDS = 60.0
+"""How long a child may take to parse a policy (about a second per MiB) before it is killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +35,51 @@ class LoadedPolicy:
     version: str
 
 
-def load_policy_file(path: Path | None) -> LoadedPolicy:
-    """Read and validate a policy file; no path means the built-in defaults.
+def _read(path: Path) -> bytes:
+    """The file's bytes, refusing one over MAX_POLICY_BYTES without reading it all."""
+    with path.open("rb") as file:
+        raw = file.read(MAX_POLICY_BYTES + 1)
+    if len(raw) > MAX_POLICY_BYTES:
+        raise PolicyError(f"{path}: larger than a ConfigMap can hold ({MAX_POLICY_BYTES} bytes)")
+    return raw
+
+
+async def parse_in_child(raw: bytes, source: str, timeout: float = CHILD_TIMEOUT_SECONDS) -> Policy:
+    """`parse_policy(raw, source, empty_is_default=False)` in a child process. Raises PolicyError for an invalid
+    document, and for a child that fails, times out or answers garbage (the message says which)."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpupack.policy_child",
+        source,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(child.communicate(raw), timeout)
+    except TimeoutError as exc:
+        child.kill()
+        await child.wait()
+        raise PolicyError(f"{source}: parsing took longer than {timeout:g}s") from exc
+    try:
+        status, value = pickle.loads(out)
+    except Exception as exc:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
+        raise PolicyError(f"{source}: the policy parser failed: {tail[0][:300]}") from exc
+    if status != "ok" or not isinstance(value, Policy):
+        raise PolicyError(str(value))
+    return value
+
+
+def load_policy_file(path: Path | None, empty_is_default: bool = True) -> LoadedPolicy:
+    """Read and validate a policy file; no path means the built-in defaults. `empty_is_default`: see
+    `parse_policy` (True at start-up, False on a reload).
 
     Raises PolicyError (naming the file, field and problem) or OSError when the file cannot be read.
     """
-    raw = path.read_bytes() if path is not None else b""
-    return LoadedPolicy(parse_policy(raw, str(path or "built-in defaults")), policy_version(raw))
+    raw = _read(path) if path is not None else b""
+    return LoadedPolicy(parse_policy(raw, str(path or "built-in defaults"), empty_is_default), policy_version(raw))
 
 
 class PolicyStore:
@@ -56,16 +104,22 @@ class PolicyStore:
         """The policy in force."""
         return self.current.policy
 
-    def reload(self) -> bool:
-        """Re-read the file; returns True when a new valid version took effect."""
-        if self.path is None:
-            return False
+    def _refused(self, problem: str) -> None:
+        log.error("policy reload refused, keeping version %s: %s", self.current.version, problem)
+        if self._on_failure is not None:
+            self._on_failure(problem)
+
+    def _load(self) -> LoadedPolicy | str:
+        """The file's new version, or the problem with it (this runs in a worker thread)."""
+        assert self.path is not None
         try:
-            loaded = load_policy_file(self.path)
+            return load_policy_file(self.path, empty_is_default=False)
         except (PolicyError, OSError) as exc:
-            log.error("policy reload refused, keeping version %s: %s", self.current.version, exc)
-            if self._on_failure is not None:
-                self._on_failure(str(exc))
+            return str(exc)
+
+    def _apply(self, loaded: LoadedPolicy | str) -> bool:
+        if isinstance(loaded, str):
+            self._refused(loaded)
             return False
         if loaded.version == self.current.version:
             return False
@@ -75,12 +129,34 @@ class PolicyStore:
             self._on_reload(loaded)
         return True
 
+    def reload(self) -> bool:
+        """Re-read the file here; returns True when a new valid version took effect."""
+        if self.path is None:
+            return False
+        return self._apply(self._load())
+
+    async def reload_off_loop(self) -> bool:
+        """`reload()` with the parsing in a child process, so the event loop is not held while a large policy
+        is parsed. The swap itself happens on the loop: a request sees one version or the other, never a mix."""
+        if self.path is None:
+            return False
+        try:
+            raw = await asyncio.to_thread(_read, self.path)
+            version = policy_version(raw)
+            if version == self.current.version:
+                return False
+            loaded: LoadedPolicy | str = LoadedPolicy(await parse_in_child(raw, str(self.path)), version)
+        except (PolicyError, OSError) as exc:
+            loaded = str(exc)
+        return self._apply(loaded)
+
     async def watch(self, interval: float) -> None:
         """Poll the file until cancelled (ConfigMap volumes update by symlink swap, without events).
 
-        The first poll always re-reads: the file may have changed between loading and watching, and `reload()`
-        ignores a version equal to the one in force.
+        The first poll always re-reads: the file may have changed between loading and watching, and a version
+        equal to the one in force changes nothing. A file that cannot be read (its key removed from the
+        ConfigMap leaves a dangling symlink) is refused once, until it can be read again.
         """
         if self.path is None:
             return
-        await poll_changes([self.path], interval, self.reload, initial=None)
+        await poll_changes([self.path], interval, self.reload_off_loop, initial=None, on_unreadable=self._refused)

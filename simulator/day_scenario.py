@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpupack import yamldoc
 from gpupack.policy import Policy, Sharing
 from gpupack.quantity import QuantityError, parse_quantity
 from gpupack.validation import DOCUMENT_CONFIG, describe
@@ -227,30 +228,10 @@ def parse_scenario(data: Any, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"{source}: {describe(exc, limit=3)}") from exc
 
 
-MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == MERGE_TAG:  # `<<: *anchor`: merged keys may be overridden, as YAML says
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"the key {key!r} is given twice", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_scenario(path: Path) -> Scenario:
     """Read and validate a scenario file; raises ScenarioError (and OSError when it cannot be read)."""
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # a SafeLoader
+        data = yamldoc.load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ScenarioError(f"{path}: not a text file: {exc}") from exc
     except yaml.YAMLError as exc:

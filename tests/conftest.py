@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,13 @@ def tls_dir(tmp_path: Path, ca: KeyPair) -> Path:
     """A directory with ca.crt, tls.crt and tls.key for 127.0.0.1 and localhost."""
     write_pair(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]))
     return tmp_path
+
+
+async def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "the condition") -> None:
+    """Poll `condition` every 10 ms until it is true; fail after `timeout` seconds (a bound, not a measurement:
+    background work such as a policy reload in a child process takes a variable time)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g}s")
+        await asyncio.sleep(0.01)

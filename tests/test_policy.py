@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from gpupack.policy import PolicyError, parse_policy, policy_version
 from gpupack.policy_store import PolicyStore, load_policy_file
 from gpupack.telemetry import PolicyMetrics
+from tests.conftest import wait_until
 
 
 def test_empty_document_is_the_guides_policy() -> None:
@@ -84,14 +85,14 @@ async def test_reload_refuses_an_invalid_version_and_keeps_serving_the_previous(
     try:
         with caplog.at_level(logging.ERROR):
             _configmap_volume(tmp_path, b"classes: {batch: {spot: sometimes}}", 2)
-            await asyncio.sleep(0.2)
+            await wait_until(lambda: registry.get_sample_value("gpupack_policy_reload_failures_total") == 1.0)
         assert store.current.version == first and store.policy.classes.batch.spot == "prefer"
         assert any("classes.batch.spot" in r.getMessage() for r in caplog.records)
         assert registry.get_sample_value("gpupack_policy_reload_failures_total") == 1.0
         assert registry.get_sample_value("gpupack_policy_info", {"version": first, "mode": "enforce"}) == 1.0
 
         _configmap_volume(tmp_path, b"mode: audit", 3)
-        await asyncio.sleep(0.2)
+        await wait_until(lambda: store.policy.mode == "audit")
         assert store.policy.mode == "audit" and store.current.version == policy_version(b"mode: audit")
         assert registry.get_sample_value("gpupack_policy_info", {"version": first, "mode": "enforce"}) is None
     finally:

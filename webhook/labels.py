@@ -19,11 +19,16 @@ from gpupack.quantity import QuantityError, parse_quantity
 Latency = Literal["critical", "tolerant"]
 
 
+SHOWN_CHARS = 64
+"""The most of a bad value quoted back: a label value can be 63 characters, an annotation megabytes."""
+
+
 class LabelError(ValueError):
     """An opted-in pod carries a gpupack label or annotation with a value that cannot be used."""
 
     def __init__(self, label: str, value: str, valid: str) -> None:
-        super().__init__(f"{label}={value!r} is not valid: use {valid}")
+        shown = value if len(value) <= SHOWN_CHARS else value[: SHOWN_CHARS - 3] + "..."
+        super().__init__(f"{label}={shown!r} is not valid: use {valid}")
         self.label = label
         self.value = value
 

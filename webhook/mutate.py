@@ -18,6 +18,7 @@ from gpupack.cluster import UNKNOWN, ClusterFacts
 from gpupack.k8s import Pod
 from gpupack.policy import ClassPolicy, Policy
 from gpupack.validation import describe
+from webhook.bounds import too_large
 from webhook.labels import LabelError, WorkloadRequest, read_request
 from webhook.outcome import ChangeKind, Notes, clip
 from webhook.patches import PatchBuilder, PatchOp
@@ -115,18 +116,54 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
     return request.workload
 
 
+def _refuse(message: str, audit: bool) -> Decision:
+    """An opted-in pod gpupack cannot plan: denied, or in audit mode admitted with a "would refuse" warning."""
+    if audit:
+        return Decision(
+            True,
+            "audited",
+            warnings=[clip(f"gpupack audit, would refuse: {message}")],
+            audit_annotations={"would-deny": clip(f"gpupack: {message}", AUDIT_ANNOTATION_CHARS)},
+            message=f"gpupack: {message}",
+        )
+    return Decision(
+        False,
+        "denied",
+        message=f"gpupack: {message}",
+        audit_annotations={"denied": clip(f"gpupack: {message}", AUDIT_ANNOTATION_CHARS)},
+    )
+
+
+def _too_large(raw: dict[str, Any], problem: str, ctx: MutationContext) -> Decision:
+    """A pod over gpupack's bounds: refused when it asked for gpupack by label, else left alone."""
+    metadata = raw.get("metadata")
+    labels = metadata.get("labels") if isinstance(metadata, dict) else None
+    if isinstance(labels, dict) and contract.LABEL_WORKLOAD in labels:
+        return _refuse(problem, ctx.policy.mode == "audit")
+    return Decision(True, "skipped", warnings=[clip(f"gpupack: left unchanged: {problem}")], message=problem)
+
+
 def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> Decision:
-    """Decide the admission of one Pod CREATE.
+    """Decide the admission of one Pod CREATE in `namespace` (the request's, which the API server sets: the
+    object's own `metadata.namespace` may be empty or say anything, and counts only when the request has none).
 
     Returns a Decision; raises InvalidObject when `raw` is not a readable Pod. An opted-in pod with an invalid
-    gpupack label is denied (allowed false, message naming the label and the valid values), except in audit
-    mode, where it is admitted with a warning saying it would have been refused.
+    gpupack label, or larger than gpupack plans (`webhook.bounds`), is denied (allowed false, message naming the
+    label and the valid values, or the bound), except in audit mode, where it is admitted with a warning saying
+    it would have been refused.
     """
-    pod = parse_pod(raw)
+    if not isinstance(raw, dict):
+        raise InvalidObject("request.object must be a Pod object")
     policy = ctx.policy
-    ns = pod.metadata.namespace or namespace or ""
+    metadata = raw.get("metadata")
+    own = metadata.get("namespace") if isinstance(metadata, dict) else None
+    ns = namespace or (own if isinstance(own, str) else "")
     if ns in policy.never_touched:
         return _skip(f"namespace {ns} is never touched")
+    problem = too_large(raw)
+    if problem is not None:
+        return _too_large(raw, problem, ctx)
+    pod = parse_pod(raw)
     if contract.ANNOTATION_MIRROR_POD in pod.annotations:
         return _skip("mirror pod")
     labelled = contract.LABEL_WORKLOAD in pod.labels
@@ -144,16 +181,7 @@ def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> De
             workload = "none"
             place(pod, builder, policy, "forbid", "StatefulSet pods", notes)
     except LabelError as exc:
-        message = f"gpupack: {exc}"
-        if audit:
-            return Decision(
-                True,
-                "audited",
-                warnings=[clip(f"gpupack audit, would refuse: {exc}")],
-                audit_annotations={"would-deny": message},
-                message=message,
-            )
-        return Decision(False, "denied", message=message, audit_annotations={"denied": message})
+        return _refuse(str(exc), audit)
     return _finish(raw, builder, notes, workload, ctx, audit)
 
 

@@ -29,15 +29,25 @@ def _gpu_keys(container: Container, shared: str) -> dict[str, str]:
 def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:
     """The container that gets the GPU, as (list field, index).
 
-    The one named by `gpupack.io/container` (app, init or sidecar), else the first app container that already
-    asks for a GPU, else the first app container. Raises LabelError when the annotation names no container.
+    The one named by `gpupack.io/container` (an app container or a sidecar), else the first app container that
+    already asks for a GPU, else the first app container. Raises LabelError when the annotation names no
+    container, or a plain init container: it runs to completion before the app starts, so a GPU given to it is
+    held only during start-up while the app container keeps whatever GPU it asked for itself.
     """
     name = pod.annotations.get(contract.ANNOTATION_CONTAINER)
     if name is not None:
         for field, containers in (("containers", pod.spec.containers), ("initContainers", pod.spec.init_containers)):
             for index, container in enumerate(containers or []):
-                if container.name == name:
-                    return field, index
+                if container.name != name:
+                    continue
+                if field == "initContainers" and container.restart_policy != "Always":
+                    raise LabelError(
+                        contract.ANNOTATION_CONTAINER,
+                        name,
+                        "an app container or a sidecar (restartPolicy: Always): this init container ends before "
+                        "the app starts",
+                    )
+                return field, index
         names = [c.name for c in pod.spec.containers] + [c.name for c in pod.spec.init_containers or []]
         raise LabelError(contract.ANNOTATION_CONTAINER, name, "the name of one of the containers: " + ", ".join(names))
     for index, container in enumerate(pod.spec.containers):
