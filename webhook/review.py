@@ -7,6 +7,7 @@ Two kinds of failure stay apart (kopf's AdmissionError / WebhookError):
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Final, Literal, TypeGuard, get_args
 
 import orjson
@@ -62,10 +63,29 @@ class AdmissionReview(_Wire):
     request: AdmissionRequest
 
 
+LARGE_BODY = 256 * 1024
+"""Bodies from this size on are decoded with the garbage collector paused (see `decode`)."""
+
+
+def decode(body: bytes) -> Any:
+    """The JSON of a body. A large one is decoded with the garbage collector paused: the collector's passes over
+    the hundreds of thousands of objects a 3 MiB review can hold, none of them garbage, nearly doubled the time
+    the decoding holds the event loop (30 ms instead of 54-74 ms for a pod of 47,000 node selector terms)."""
+    if len(body) < LARGE_BODY:
+        return orjson.loads(body)
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return orjson.loads(body)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def parse_review(body: bytes) -> AdmissionReview:
     """Parse a request body; raises BadReview naming the problem (`request.uid: Field required`)."""
     try:
-        data = orjson.loads(body)
+        data = decode(body)
     except orjson.JSONDecodeError as exc:
         raise BadReview(f"the body is not JSON: {exc}") from exc
     if not isinstance(data, dict):
