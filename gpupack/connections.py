@@ -254,10 +254,12 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-async def trim_memory(guards: list[ConnectionGuard], interval: float = 5.0) -> None:
+async def trim_memory(
+    guards: list[ConnectionGuard], interval: float = 5.0, trim: Callable[[int], object] | None = None
+) -> None:
     """Every `interval` seconds, if at least TRIM_AFTER connections closed since the last trim, ask the C library
-    to return its free heap pages; runs until cancelled."""
-    trim = _malloc_trim()
+    to return its free heap pages (`trim`: glibc's `malloc_trim` by default); runs until cancelled."""
+    trim = trim or _malloc_trim()
     if trim is None:
         return
     seen = sum(g.closed for g in guards)

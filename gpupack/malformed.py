@@ -19,8 +19,6 @@ from aiohttp.web_protocol import RequestPayloadError
 INTERVAL_SECONDS = 10.0
 """Least time between two log lines about malformed requests; the ones in between are counted in the next."""
 
-_CLIENT_ERRORS = (HttpProcessingError, RequestPayloadError)
-
 
 class RateLimit:
     """Allows one event per `interval` seconds and counts the ones it holds back."""
@@ -52,7 +50,12 @@ class ProtocolLog(logging.LoggerAdapter[logging.Logger]):
         self._on_malformed = on_malformed
 
     def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
-        if not isinstance(exc_info, _CLIENT_ERRORS):
+        if isinstance(exc_info, RequestPayloadError):
+            # A body that did not decode: the handler already answered 400 and counted it; aiohttp then trips
+            # over the same error draining the unread rest of the body ("Unhandled exception").
+            self.logger.debug("%s: %s", str(msg) % args, exc_info)
+            return
+        if not isinstance(exc_info, HttpProcessingError):
             self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
             return
         if self._on_malformed is not None:

@@ -1,0 +1,211 @@
+"""Serving certificates as mounted Secrets change: only a valid certificate is ever served, a vanished file is
+said once, the expiry is exported, and the extender off loopback demands client certificates."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import ssl
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+from prometheus_client import CollectorRegistry
+
+from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
+from certs.tls import CertificateProblem
+from gpupack.cli import main
+from gpupack.server import REGISTRY, ServeOptions, start_server
+from tests.conftest import wait_until
+from webhook.service import WebhookConfig, build_app
+
+NOW = datetime.datetime.now(datetime.UTC)
+
+
+def _serial(path: Path) -> int:
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
+
+
+async def _served_serial(port: int, ca_file: Path) -> int:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def _volume(directory: Path, ca: KeyPair, pair: KeyPair, generation: int) -> None:
+    """A Secret volume as the kubelet writes it: files in `..data/` behind symlinks, swapped atomically."""
+    data = directory / f"..{generation}"
+    write_pair(data, ca, pair)
+    link = directory / "..data"
+    tmp = directory / "..data_tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(data.name)
+    tmp.replace(link)
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(f"..data/{name}")
+
+
+@pytest.mark.parametrize(
+    ("valid_from", "days", "problem"),
+    [(NOW - datetime.timedelta(days=30), 10, "expired at"), (NOW + datetime.timedelta(days=1), 10, "not valid before")],
+)
+async def test_a_server_does_not_start_with_a_certificate_clients_refuse(
+    tmp_path: Path, ca: KeyPair, valid_from: datetime.datetime, days: int, problem: str
+) -> None:
+    write_pair(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], days=days, valid_from=valid_from))
+    app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
+    with pytest.raises(CertificateProblem, match=problem):
+        await start_server(app, ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key"))
+
+
+@pytest.mark.parametrize(
+    ("valid_from", "problem"),
+    [(NOW - datetime.timedelta(days=30), "expired at"), (NOW + datetime.timedelta(days=1), "not valid before")],
+)
+async def test_a_rotation_to_an_invalid_certificate_keeps_the_current_one(
+    tmp_path: Path, ca: KeyPair, caplog: pytest.LogCaptureFixture, valid_from: datetime.datetime, problem: str
+) -> None:
+    _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
+    first = _serial(tmp_path / "tls.crt")
+    registry = CollectorRegistry()
+    app = build_app(WebhookConfig(None, ServeOptions()), registry)
+    options = ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", cert_poll_seconds=0.02)
+    serving = await start_server(app, options)
+    try:
+        expiry = registry.get_sample_value("gpupack_certificate_expiry_timestamp_seconds")
+        assert expiry is not None and expiry > NOW.timestamp() + 300 * 86400
+        with caplog.at_level(logging.WARNING):
+            _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], 10, valid_from), 2)
+            await wait_until(lambda: registry.get_sample_value("gpupack_certificate_reload_failures_total") == 1)
+            await asyncio.sleep(0.1)  # several more polls: still said once
+        assert await _served_serial(serving.port, tmp_path / "ca.crt") == first
+        said = [r.getMessage() for r in caplog.records if "not reloaded" in r.getMessage()]
+        assert len(said) == 1 and problem in said[0]
+        assert registry.get_sample_value("gpupack_certificate_reload_failures_total") == 1
+        assert registry.get_sample_value("gpupack_certificate_expiry_timestamp_seconds") == expiry
+
+        _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], days=200), 3)
+        third = _serial(tmp_path / "tls.crt")
+        await wait_until(lambda: registry.get_sample_value("gpupack_certificate_expiry_timestamp_seconds") != expiry)
+        assert await _served_serial(serving.port, tmp_path / "ca.crt") == third
+    finally:
+        await serving.stop()
+
+
+async def test_a_certificate_not_valid_yet_is_taken_once_its_time_comes(tmp_path: Path, ca: KeyPair) -> None:
+    """Time alone makes it valid: the reloader tries again at every poll, not only when the files change."""
+    _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
+    app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
+    options = ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", cert_poll_seconds=0.05)
+    serving = await start_server(app, options)
+    try:
+        soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1.5)
+        _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], valid_from=soon), 2)
+        later = _serial(tmp_path / "tls.crt")
+        await asyncio.sleep(0.5)
+        assert await _served_serial(serving.port, tmp_path / "ca.crt") != later
+        deadline = asyncio.get_running_loop().time() + 10
+        while await _served_serial(serving.port, tmp_path / "ca.crt") != later:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.1)
+    finally:
+        await serving.stop()
+
+
+async def test_a_certificate_gone_from_the_mount_is_said_and_the_current_one_stays(
+    tmp_path: Path, ca: KeyPair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key removed from the Secret leaves a dangling symlink; it was skipped in silence."""
+    _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
+    first = _serial(tmp_path / "tls.crt")
+    registry = CollectorRegistry()
+    app = build_app(WebhookConfig(None, ServeOptions()), registry)
+    options = ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", cert_poll_seconds=0.02)
+    serving = await start_server(app, options)
+    try:
+        with caplog.at_level(logging.WARNING):
+            (tmp_path / "..1" / "tls.crt").unlink()
+            await wait_until(lambda: registry.get_sample_value("gpupack_certificate_reload_failures_total") == 1)
+            await asyncio.sleep(0.1)
+        said = [r.getMessage() for r in caplog.records if "not reloaded" in r.getMessage()]
+        assert len(said) == 1 and "dangling symlink" in said[0] and "tls.crt" in said[0]
+        assert await _served_serial(serving.port, tmp_path / "ca.crt") == first
+    finally:
+        await serving.stop()
+
+
+async def test_the_expiry_metric_is_on_the_health_listener(tls_dir: Path) -> None:
+    registry = CollectorRegistry()
+    app = build_app(WebhookConfig(None, ServeOptions()), registry)
+    options = ServeOptions(
+        "127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key", health_host="127.0.0.1", health_port=0
+    )
+    serving = await start_server(app, options)
+    try:
+        assert serving.site._runner.app[REGISTRY] is registry  # type: ignore[union-attr]
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{serving.health_port}/metrics") as response:
+                text = await response.text()
+        expected = x509.load_pem_x509_certificate((tls_dir / "tls.crt").read_bytes()).not_valid_after_utc
+        line = next(x for x in text.splitlines() if x.startswith("gpupack_certificate_expiry_timestamp_seconds "))
+        assert float(line.split()[1]) == expected.timestamp()
+    finally:
+        await serving.stop()
+
+
+# the extender off loopback --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],
+        ["--cert-file", "tls.crt", "--key-file", "tls.key"],  # TLS, but anyone may call
+    ],
+)
+def test_the_extender_refuses_to_serve_its_verbs_off_loopback_without_client_certificates(
+    extra: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["extender", "--nodes", "/dev/null", "--host", "0.0.0.0", *extra])
+    assert code == 2 and "--client-ca-file" in capsys.readouterr().err
+
+
+async def test_off_loopback_only_a_client_with_a_certificate_from_the_ca_may_call(tls_dir: Path, ca: KeyPair) -> None:
+    from extender.app import make_app
+    from tests.extender_kit import extender_for, recorded_args, recorded_nodes, registry
+
+    clients = tls_dir / "clients"
+    write_pair(clients, ca, issue_serving_cert(ca, ["gpupack-scheduler"], [], usage=ExtendedKeyUsageOID.CLIENT_AUTH))
+    stranger_ca = issue_ca("someone-else")
+    strangers = tls_dir / "strangers"
+    write_pair(
+        strangers,
+        stranger_ca,
+        issue_serving_cert(stranger_ca, ["intruder"], [], usage=ExtendedKeyUsageOID.CLIENT_AUTH),
+    )
+    options = ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key", client_ca_file=tls_dir / "ca.crt")
+    serving = await start_server(make_app(extender_for(recorded_nodes()), registry()), options)
+    url = f"https://127.0.0.1:{serving.port}/filter"
+    args = recorded_args("000-filter-llm-infer-7b-abc12.json")
+
+    async def call(directory: Path | None) -> int:
+        context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+        if directory is not None:
+            context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session,
+            session.post(url, json=args) as response,
+        ):
+            return response.status
+
+    try:
+        assert await call(clients) == 200
+        for directory in (None, strangers):
+            with pytest.raises((aiohttp.ClientError, ssl.SSLError, ConnectionError)):
+                await call(directory)
+    finally:
+        await serving.stop()
