@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-extender bench-simulator clean
+.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-hostile bench-extender bench-simulator clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,10 +54,13 @@ unit: $(VENV)/.test-deps system-deps
 
 test: lint typecheck unit
 
-bench: bench-webhook bench-extender bench-simulator
+bench: bench-webhook bench-hostile bench-extender bench-simulator
 
 bench-webhook: $(VENV)/.test-deps bench-deps
 	$(BIN)/python -m bench.webhook
+
+bench-hostile: $(VENV)/.test-deps
+	ulimit -n 8192 && $(BIN)/python -m bench.webhook.hostile
 
 bench-extender: $(VENV)/.test-deps bench-deps
 	$(BIN)/python -m bench.extender

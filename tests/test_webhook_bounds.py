@@ -5,108 +5,33 @@ and the GPU container chosen sensibly."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
+from bench.webhook.shapes import SHAPES, largest
 from gpupack.kube import ClusterFactsCache
 from gpupack.policy_store import PolicyStore
 from tests.conftest import W, admission_review, context, loaded, make_pod
 from webhook import bounds
-from webhook.app import MAX_BODY_BYTES, make_app
+from webhook.app import make_app
 from webhook.mutate import plan
 
 LABELLED = {W + "workload": "inference"}
-Fill = Callable[[dict[str, Any], int], None]
+SHAPE_NAMES = list(SHAPES)
 
 
-def _containers(pod: dict[str, Any], n: int) -> None:
-    pod["spec"]["containers"] = [{"name": f"c{i}"} for i in range(n)]
-
-
-def _init(pod: dict[str, Any], n: int) -> None:
-    pod["spec"]["initContainers"] = [{"name": f"i{i}", "restartPolicy": "Always"} for i in range(n)]
-
-
-def _tolerations(pod: dict[str, Any], n: int) -> None:
-    pod["spec"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(n)]
-
-
-def _terms(pod: dict[str, Any], n: int) -> None:
-    term = {"matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}
-    required = {"nodeSelectorTerms": [term] * n}
-    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-
-
-def _expressions(pod: dict[str, Any], n: int) -> None:
-    expressions = [{"key": f"k{i}", "operator": "Exists"} for i in range(n)]
-    required = {"nodeSelectorTerms": [{"matchExpressions": expressions}]}
-    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-
-
-def _values(pod: dict[str, Any], n: int) -> None:
-    expression = {"key": "zone", "operator": "NotIn", "values": [f"z{i}" for i in range(n)]}
-    required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
-    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-
-
-def _owners(pod: dict[str, Any], n: int) -> None:
-    pod["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "u"}] * n
-
-
-def _resources(pod: dict[str, Any], n: int) -> None:
-    pod["spec"]["containers"][0]["resources"] = {"requests": {f"example.com/r{i}": "1" for i in range(n)}}
-
-
-def _labels(pod: dict[str, Any], n: int) -> None:
-    pod["metadata"]["labels"].update({f"l{i}": "v" for i in range(n)})
-
-
-def _annotations(pod: dict[str, Any], n: int) -> None:
-    pod["metadata"]["annotations"] = {f"a{i}": "v" for i in range(n)}
-
-
-SHAPES: list[tuple[Fill, str]] = [
-    (_containers, "spec.containers and spec.initContainers"),
-    (_init, "spec.containers and spec.initContainers"),
-    (_tolerations, "spec.tolerations"),
-    (_terms, "required node selector terms"),
-    (_expressions, "node affinity match expressions"),
-    (_values, "node affinity values"),
-    (_owners, "metadata.ownerReferences"),
-    (_resources, "resources.requests"),
-    (_labels, "metadata.labels"),
-    (_annotations, "metadata.annotations"),
-]
-
-
-def _largest(fill: Fill, labels: dict[str, str]) -> dict[str, Any]:
-    """The review with the most entries of one kind that still fits in the webhook's body limit."""
-    low, high = 1, 1_000_000
-    while low < high:
-        middle = (low + high + 1) // 2
-        pod = make_pod(dict(labels))
-        fill(pod, middle)
-        if len(orjson.dumps(admission_review(pod))) <= MAX_BODY_BYTES:
-            low = middle
-        else:
-            high = middle - 1
-    pod = make_pod(dict(labels))
-    fill(pod, low)
-    return admission_review(pod)
-
-
-@pytest.mark.parametrize(("fill", "named"), SHAPES, ids=[f.__name__.strip("_") for f, _ in SHAPES])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
 async def test_the_largest_review_of_each_shape_is_refused_by_name_with_a_small_answer(
-    aiohttp_client: Any, fill: Fill, named: str
+    aiohttp_client: Any, shape: str
 ) -> None:
     """171,000 containers took 3.9 s to plan and a 23.8 MB answer, while every other admission waited."""
+    fill, named = SHAPES[shape]
     app = make_app(PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry())
     client = await aiohttp_client(app)
-    body = orjson.dumps(_largest(fill, LABELLED))
+    body = orjson.dumps(largest(fill, LABELLED))
     response = await client.post("/mutate", data=io.BytesIO(body))
     raw = await response.read()
     answer = orjson.loads(raw)["response"]
@@ -116,7 +41,7 @@ async def test_the_largest_review_of_each_shape_is_refused_by_name_with_a_small_
 
 def test_in_audit_mode_a_pod_too_large_is_admitted_with_a_would_refuse_warning() -> None:
     pod = make_pod(dict(LABELLED))
-    _containers(pod, bounds.MAX_CONTAINERS + 1)
+    pod["spec"]["containers"] = [{"name": f"c{i}"} for i in range(bounds.MAX_CONTAINERS + 1)]
     decision = plan(pod, "team-a", context("mode: audit"))
     assert decision.allowed and decision.outcome == "audited" and decision.ops == []
     assert decision.warnings[0].startswith("gpupack audit, would refuse: the pod has 129 spec.containers")
@@ -125,7 +50,7 @@ def test_in_audit_mode_a_pod_too_large_is_admitted_with_a_would_refuse_warning()
 def test_a_pod_that_did_not_ask_is_left_alone_when_too_large() -> None:
     """An opted-in namespace's pod without the label (`failurePolicy: Ignore`): admitted unchanged, warned."""
     pod = make_pod()
-    _tolerations(pod, bounds.MAX_TOLERATIONS + 1)
+    pod["spec"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(bounds.MAX_TOLERATIONS + 1)]
     decision = plan(pod, "team-a", context(opted_in=True))
     assert decision.allowed and decision.outcome == "skipped" and decision.ops == []
     assert "left unchanged" in decision.warnings[0]
@@ -133,7 +58,7 @@ def test_a_pod_that_did_not_ask_is_left_alone_when_too_large() -> None:
 
 def test_a_pod_at_every_bound_is_planned_as_usual() -> None:
     pod = make_pod(dict(LABELLED))
-    _containers(pod, bounds.MAX_CONTAINERS)
+    pod["spec"]["containers"] = [{"name": f"c{i}"} for i in range(bounds.MAX_CONTAINERS)]
     pod["spec"]["tolerations"] = [{"key": f"k{i}", "operator": "Exists"} for i in range(bounds.MAX_TOLERATIONS)]
     pod["metadata"]["labels"].update({f"l{i}": "v" for i in range(bounds.MAX_LABELS - len(LABELLED))})
     decision = plan(pod, "team-a", context())

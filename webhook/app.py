@@ -8,6 +8,7 @@ unexpected error is logged with the request uid and answered as a refusal with t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyError, add_standard_routes, read_body
 from webhook.metrics import WebhookMetrics
 from webhook.mutate import Decision, InvalidObject, MutationContext, plan
-from webhook.review import BadReview, build_response, error_response, parse_review
+from webhook.review import (
+    LARGE_BODY,
+    PAUSED_GC,
+    AdmissionReview,
+    BadReview,
+    build_response,
+    error_response,
+    parse_review,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +84,26 @@ async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Respons
         body = await read_body(request, state.settings.body_timeout, state.settings.max_body_bytes)
     except BodyError as exc:
         return _problem(state, exc.status, exc.reason, str(exc))
-    try:
-        review = parse_review(body)
-    except BadReview as exc:
-        return _problem(state, 400, "not_admission_review", str(exc))
+    if len(body) < LARGE_BODY:
+        try:
+            return _respond(state, parse_review(body), namespace_opted_in, started)
+        except BadReview as exc:
+            return _problem(state, 400, "not_admission_review", str(exc))
+    # A large review (a hostile one: the API server's are a few KiB) is decoded, then the event loop turns
+    # before it is planned and freed, so no single stretch holds up other admissions for the whole of it.
+    with PAUSED_GC:
+        try:
+            review = parse_review(body)
+        except BadReview as exc:
+            return _problem(state, 400, "not_admission_review", str(exc))
+        await asyncio.sleep(0)
+        response = _respond(state, review, namespace_opted_in, started)
+        del review
+    return response
+
+
+def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: bool, started: float) -> web.Response:
+    """The answer to a parsed review: the decision, its metrics, and the serialised AdmissionReview."""
     req = review.request
     uid = req.uid
     try:
