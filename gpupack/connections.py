@@ -147,7 +147,28 @@ class ConnectionGuard:
                 self._metrics.open.labels(self.listener).set(len(self._held))
 
 
-class GuardedTLS(sslproto.SSLProtocol):
+class _Guarded:
+    """What both connection kinds do first and last: ask the guard for room, and give it back."""
+
+    _guard: ConnectionGuard
+    _handler: Any
+    _admitted = False
+
+    def _admit(self, transport: asyncio.BaseTransport) -> bool:
+        """Hold the connection, or close it at once; True when the connection may go on."""
+        self._admitted = self._guard.admit(self, transport, self._handler)
+        if not self._admitted:
+            _abort(transport)
+        return self._admitted
+
+    def _release(self) -> bool:
+        """Give the connection's room back; False when it never had any (refused: nothing else to undo)."""
+        if self._admitted:
+            self._guard.release(self)
+        return self._admitted
+
+
+class GuardedTLS(_Guarded, sslproto.SSLProtocol):
     """asyncio's server-side TLS protocol with a 16 KiB read buffer, held by a ConnectionGuard.
 
     `loop.create_server(ssl=...)` builds the same protocol with a 256 KiB buffer and no hook for either; the
@@ -175,36 +196,26 @@ class GuardedTLS(sslproto.SSLProtocol):
         )
         self._guard = guard
         self._handler = handler
-        self._admitted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._guard.admit(self, transport, self._handler):
-            _abort(transport)
-            return
-        self._admitted = True
-        super().connection_made(transport)
+        if self._admit(transport):
+            super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if not self._admitted:
-            return
-        self._guard.release(self)
-        super().connection_lost(exc)
+        if self._release():
+            super().connection_lost(exc)
 
 
-class GuardedPlain(asyncio.Protocol):
+class GuardedPlain(_Guarded, asyncio.Protocol):
     """A plain HTTP connection held by a ConnectionGuard: forwards every event to aiohttp's RequestHandler."""
 
     def __init__(self, handler: Any, guard: ConnectionGuard) -> None:
         self._handler = handler
         self._guard = guard
-        self._admitted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._guard.admit(self, transport, self._handler):
-            _abort(transport)
-            return
-        self._admitted = True
-        self._handler.connection_made(transport)
+        if self._admit(transport):
+            self._handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
         self._handler.data_received(data)
@@ -220,10 +231,8 @@ class GuardedPlain(asyncio.Protocol):
         self._handler.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self._admitted:
-            return
-        self._guard.release(self)
-        self._handler.connection_lost(exc)
+        if self._release():
+            self._handler.connection_lost(exc)
 
 
 def protocol_factory(

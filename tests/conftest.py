@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
 from gpupack.cluster import ClusterFacts
@@ -111,3 +114,27 @@ async def wait_until(condition: Callable[[], object], timeout: float = 10.0, wha
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout:g}s")
         await asyncio.sleep(0.01)
+
+
+def configmap_volume(root: Path, content: bytes, generation: int, name: str = "policy.yaml") -> Path:
+    """The kubelet's layout of a ConfigMap volume: `NAME -> ..data/NAME`, and `..data` a symlink swapped
+    atomically to the directory of each new generation."""
+    data_dir = root / f"..2026_{generation}"
+    data_dir.mkdir()
+    (data_dir / name).write_bytes(content)
+    tmp_link = root / "..data_tmp"
+    tmp_link.symlink_to(data_dir.name)
+    os.replace(tmp_link, root / "..data")
+    user_path = root / name
+    if not user_path.is_symlink():
+        user_path.symlink_to(f"..data/{name}")
+    return user_path
+
+
+async def served_serial(port: int, ca_file: Path) -> int:
+    """Serial number of the certificate a TLS server on loopback presents to a new connection."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    return x509.load_der_x509_certificate(der).serial_number

@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
 from certs.tls import CertificateProblem
 from gpupack.cli import main
-from gpupack.server import REGISTRY, ServeOptions, start_server
-from tests.conftest import wait_until
+from gpupack.server import REGISTRY, ServeOptions, Serving, start_server
+from tests.conftest import served_serial, wait_until
 from webhook.service import WebhookConfig, build_app
 
 NOW = datetime.datetime.now(datetime.UTC)
@@ -27,14 +27,6 @@ NOW = datetime.datetime.now(datetime.UTC)
 
 def _serial(path: Path) -> int:
     return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
-
-
-async def _served_serial(port: int, ca_file: Path) -> int:
-    context = ssl.create_default_context(cafile=str(ca_file))
-    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-    writer.close()
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 def _volume(directory: Path, ca: KeyPair, pair: KeyPair, generation: int) -> None:
@@ -64,6 +56,13 @@ async def test_a_server_does_not_start_with_a_certificate_clients_refuse(
         await start_server(app, ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key"))
 
 
+async def _serve(directory: Path, registry: CollectorRegistry, poll: float = 0.02) -> Serving:
+    """The webhook serving `directory`'s certificate, polling it every `poll` seconds."""
+    app = build_app(WebhookConfig(None, ServeOptions()), registry)
+    options = ServeOptions("127.0.0.1", 0, directory / "tls.crt", directory / "tls.key", cert_poll_seconds=poll)
+    return await start_server(app, options)
+
+
 @pytest.mark.parametrize(
     ("valid_from", "problem"),
     [(NOW - datetime.timedelta(days=30), "expired at"), (NOW + datetime.timedelta(days=1), "not valid before")],
@@ -74,9 +73,7 @@ async def test_a_rotation_to_an_invalid_certificate_keeps_the_current_one(
     _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
     first = _serial(tmp_path / "tls.crt")
     registry = CollectorRegistry()
-    app = build_app(WebhookConfig(None, ServeOptions()), registry)
-    options = ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", cert_poll_seconds=0.02)
-    serving = await start_server(app, options)
+    serving = await _serve(tmp_path, registry)
     try:
         expiry = registry.get_sample_value("gpupack_certificate_expiry_timestamp_seconds")
         assert expiry is not None and expiry > NOW.timestamp() + 300 * 86400
@@ -84,7 +81,7 @@ async def test_a_rotation_to_an_invalid_certificate_keeps_the_current_one(
             _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], 10, valid_from), 2)
             await wait_until(lambda: registry.get_sample_value("gpupack_certificate_reload_failures_total") == 1)
             await asyncio.sleep(0.1)  # several more polls: still said once
-        assert await _served_serial(serving.port, tmp_path / "ca.crt") == first
+        assert await served_serial(serving.port, tmp_path / "ca.crt") == first
         said = [r.getMessage() for r in caplog.records if "not reloaded" in r.getMessage()]
         assert len(said) == 1 and problem in said[0]
         assert registry.get_sample_value("gpupack_certificate_reload_failures_total") == 1
@@ -93,7 +90,7 @@ async def test_a_rotation_to_an_invalid_certificate_keeps_the_current_one(
         _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], days=200), 3)
         third = _serial(tmp_path / "tls.crt")
         await wait_until(lambda: registry.get_sample_value("gpupack_certificate_expiry_timestamp_seconds") != expiry)
-        assert await _served_serial(serving.port, tmp_path / "ca.crt") == third
+        assert await served_serial(serving.port, tmp_path / "ca.crt") == third
     finally:
         await serving.stop()
 
@@ -101,17 +98,15 @@ async def test_a_rotation_to_an_invalid_certificate_keeps_the_current_one(
 async def test_a_certificate_not_valid_yet_is_taken_once_its_time_comes(tmp_path: Path, ca: KeyPair) -> None:
     """Time alone makes it valid: the reloader tries again at every poll, not only when the files change."""
     _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
-    app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
-    options = ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", cert_poll_seconds=0.05)
-    serving = await start_server(app, options)
+    serving = await _serve(tmp_path, CollectorRegistry(), poll=0.05)
     try:
         soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1.5)
         _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], valid_from=soon), 2)
         later = _serial(tmp_path / "tls.crt")
         await asyncio.sleep(0.5)
-        assert await _served_serial(serving.port, tmp_path / "ca.crt") != later
+        assert await served_serial(serving.port, tmp_path / "ca.crt") != later
         deadline = asyncio.get_running_loop().time() + 10
-        while await _served_serial(serving.port, tmp_path / "ca.crt") != later:
+        while await served_serial(serving.port, tmp_path / "ca.crt") != later:
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.1)
     finally:
@@ -125,9 +120,7 @@ async def test_a_certificate_gone_from_the_mount_is_said_and_the_current_one_sta
     _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
     first = _serial(tmp_path / "tls.crt")
     registry = CollectorRegistry()
-    app = build_app(WebhookConfig(None, ServeOptions()), registry)
-    options = ServeOptions("127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", cert_poll_seconds=0.02)
-    serving = await start_server(app, options)
+    serving = await _serve(tmp_path, registry)
     try:
         with caplog.at_level(logging.WARNING):
             (tmp_path / "..1" / "tls.crt").unlink()
@@ -135,7 +128,7 @@ async def test_a_certificate_gone_from_the_mount_is_said_and_the_current_one_sta
             await asyncio.sleep(0.1)
         said = [r.getMessage() for r in caplog.records if "not reloaded" in r.getMessage()]
         assert len(said) == 1 and "dangling symlink" in said[0] and "tls.crt" in said[0]
-        assert await _served_serial(serving.port, tmp_path / "ca.crt") == first
+        assert await served_serial(serving.port, tmp_path / "ca.crt") == first
     finally:
         await serving.stop()
 

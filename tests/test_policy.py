@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from gpupack.policy import PolicyError, parse_policy, policy_version
 from gpupack.policy_store import PolicyStore, load_policy_file
 from gpupack.telemetry import PolicyMetrics
+from tests.conftest import configmap_volume as _configmap_volume
 from tests.conftest import wait_until
 
 
@@ -57,20 +57,6 @@ def test_priority_classes_given_are_added_to_the_defaults() -> None:
 def test_invalid_documents_name_the_field(doc: bytes, named: str) -> None:
     with pytest.raises(PolicyError, match=named.replace(".", r"\.").replace("[", r"\[")):
         parse_policy(doc, "policy.yaml")
-
-
-def _configmap_volume(root: Path, content: bytes, generation: int) -> Path:
-    """Lay out files as kubelet does for a ConfigMap volume: `..data` is a symlink swapped atomically."""
-    data_dir = root / f"..2026_{generation}"
-    data_dir.mkdir()
-    (data_dir / "policy.yaml").write_bytes(content)
-    tmp_link = root / "..data_tmp"
-    tmp_link.symlink_to(data_dir.name)
-    os.replace(tmp_link, root / "..data")
-    user_path = root / "policy.yaml"
-    if not user_path.is_symlink():
-        user_path.symlink_to("..data/policy.yaml")
-    return user_path
 
 
 async def test_reload_refuses_an_invalid_version_and_keeps_serving_the_previous(

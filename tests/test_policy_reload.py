@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,23 +15,10 @@ from prometheus_client import CollectorRegistry
 from gpupack.policy import MAX_POLICY_BYTES, PolicyError, parse_policy, policy_version
 from gpupack.policy_store import PolicyStore, load_policy_file, parse_in_child
 from gpupack.telemetry import PolicyMetrics
+from tests.conftest import configmap_volume as _configmap_volume
 from tests.conftest import wait_until
 
 AUDIT = b"mode: audit\n"
-
-
-def _configmap_volume(root: Path, content: bytes, generation: int) -> Path:
-    """The kubelet's layout of a ConfigMap volume: `policy.yaml -> ..data/policy.yaml`, `..data` swapped."""
-    data_dir = root / f"..2026_{generation}"
-    data_dir.mkdir()
-    (data_dir / "policy.yaml").write_bytes(content)
-    tmp_link = root / "..data_tmp"
-    tmp_link.symlink_to(data_dir.name)
-    os.replace(tmp_link, root / "..data")
-    user_path = root / "policy.yaml"
-    if not user_path.is_symlink():
-        user_path.symlink_to("..data/policy.yaml")
-    return user_path
 
 
 @pytest.fixture

@@ -16,17 +16,8 @@ from prometheus_client import CollectorRegistry
 from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
 from certs.tls import server_context
 from gpupack.server import ServeOptions, start_server
-from tests.conftest import W, admission_review, make_pod
+from tests.conftest import W, admission_review, make_pod, served_serial
 from webhook.service import WebhookConfig, build_app
-
-
-async def _served_serial(port: int, ca_file: Path) -> int:
-    """Serial number of the certificate the server presents to a new connection."""
-    context = ssl.create_default_context(cafile=str(ca_file))
-    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
-    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
-    writer.close()
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 @pytest.fixture
@@ -46,7 +37,7 @@ async def test_rotation_during_a_stream_of_requests_fails_none(webhook_port: int
     url = f"https://127.0.0.1:{port}/mutate?timeout=5s"
     client_tls = ssl.create_default_context(cafile=str(ca_file))
     body = orjson.dumps(admission_review(make_pod({W + "workload": "inference"})))
-    before = await _served_serial(port, ca_file)
+    before = await served_serial(port, ca_file)
     # One session keeps its connection alive across the rotation; the other opens a new one per request.
     async with (
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls)) as kept,
@@ -65,7 +56,7 @@ async def test_rotation_during_a_stream_of_requests_fails_none(webhook_port: int
                 # A Secret update: a new serving certificate from the same CA lands on disk.
                 write_pair(tls_dir, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]))
             await asyncio.sleep(0.01)
-    after = await _served_serial(port, ca_file)
+    after = await served_serial(port, ca_file)
     assert len(statuses) == 240 and set(statuses) == {200}
     assert before != after == x509.load_pem_x509_certificate((tls_dir / "tls.crt").read_bytes()).serial_number
 
