@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,17 @@ def make_pod(
 
 
 admission_review = review  # the demo's builder is the one wrapper of a pod in an AdmissionReview
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """`gpupack.cli.main` installs a handler on the root logger writing to the stderr of its test (captured, then
+    closed); later tests that log would write to the closed stream. Each test gets the root logger back as it was."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
