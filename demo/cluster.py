@@ -1,5 +1,6 @@
 """The embedded cluster of the demo: GPU nodes as GPU Feature Discovery labels them, pods already running,
-the DCGM exporter snapshot those pods produce, and the pods a team submits next.
+the DCGM exporter snapshot those pods produce, the gpupack scheduler's leader Lease, and the pods a team submits
+next.
 
 Eleven GPU nodes: three A100-40GB in the `all-balanced` MIG layout (per GPU 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb),
 two H100 on-demand and two on spot (labelled and tainted `node-type=spot`), three T4 time-sliced 4 ways, one
@@ -9,6 +10,7 @@ T4 time-sliced on spot. Some already run inference and training.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from extender.dcgm_text import Gpu, MigGpu, MigInstance, Workload
@@ -91,6 +93,28 @@ def running_pods() -> list[dict[str, Any]]:
         pod["status"] = {"phase": "Running"}
         pods.append(pod)
     return pods
+
+
+LEADER = "gpupack-scheduler-6f7c9d-x2k9q_3b1f"  # kube-scheduler's identity: hostname_uuid
+
+
+def leader_lease(
+    namespace: str, name: str, renewed_at: float, holder: str = LEADER, duration: int = 15
+) -> dict[str, Any]:
+    """The Lease kube-scheduler's leader election keeps (coordination.k8s.io/v1), renewed at `renewed_at`."""
+    stamp = datetime.fromtimestamp(renewed_at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # MicroTime
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+            "leaseTransitions": 0,
+        },
+    }
 
 
 def exporters() -> list[ExporterNode]:

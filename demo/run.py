@@ -1,15 +1,18 @@
 """`gpupack demo` (`make run`): the webhook and the extender on localhost over TLS, fed an embedded cluster.
 
-Every submitted pod goes through the webhook as an AdmissionReview, then, as kube-scheduler would send it,
-through the extender's `/filter` and `/prioritize`, and is bound to the best node. The same pods are placed
-a second time by an extender scoring like the default scheduler (`spread`), to show what gpupack saves.
+Every submitted pod goes through the webhook as an AdmissionReview (the webhook sees the gpupack scheduler's
+leader Lease renewed, so it names `gpupack-scheduler` in GPU pods), then, as the scheduler the pod names would
+send it, through an extender's `/filter` and `/prioritize`, and is bound to the best node: pods on
+`gpupack-scheduler` through the gpupack extender, any other through one scoring like the default scheduler
+(`spread`). The same pods are placed a second time all by `spread`, to show what gpupack saves.
 """
 
 from __future__ import annotations
 
 import base64
 import ssl
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +20,10 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from demo.cluster import NODES, RUNNING, SUBMITTED, Submitted, exporters, running_pods
+from demo.cluster import NODES, RUNNING, SUBMITTED, Submitted, exporters, leader_lease, running_pods
 from demo.report import Cost, cost
 from demo.scheduler import feasible, final_scores, preferred_affinity
 from extender.app import EXTENDER, Extender
@@ -29,6 +33,7 @@ from extender.inventory import NodeRecord, node_from_json
 from extender.service import ExtenderConfig
 from extender.service import build_app as build_extender
 from gpupack.cluster import ClusterFacts
+from gpupack.contract import DEFAULT_SCHEDULER
 from gpupack.kube import facts_from_lists
 from gpupack.policy import parse_policy
 from gpupack.server import ServeOptions, start_server
@@ -43,6 +48,21 @@ class NodesReader:
 
     def read(self) -> ClusterFacts:
         return facts_from_lists(None, {"items": NODES})
+
+
+class LiveLeaseReader:
+    """The webhook's view of the gpupack scheduler: a leader that renewed its Lease just before every read."""
+
+    def read(self, namespace: str, name: str) -> dict[str, Any]:
+        return leader_lease(namespace, name, time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """An extender as the demo's kube-scheduler calls it: its URL, and its state (where bindings are recorded)."""
+
+    url: str
+    extender: Extender
 
 
 @dataclass
@@ -92,14 +112,16 @@ async def admit(session: aiohttp.ClientSession, url: str, item: Submitted) -> tu
 
 async def place(
     session: aiohttp.ClientSession,
-    url: str,
-    extender: Extender,
+    schedulers: Mapping[str, Scheduler],
+    default: Scheduler,
     scoring: str,
     pods: list[tuple[dict[str, Any], float]],
     records: dict[str, NodeRecord],
 ) -> Placement:
-    """Schedule `pods` in order: kube-scheduler's own filters, then the extender's filter and scores."""
+    """Schedule `pods` in order: kube-scheduler's own filters, then the filter and scores of the extender of the
+    scheduler the pod names (`schedulers` by `schedulerName`; `default` for any other)."""
     result = Placement(scoring, {}, 0.0)
+    extenders = list({id(s.extender): s.extender for s in [*schedulers.values(), default]}.values())  # each once
     for pod_json in running_pods():
         result.add(pod_json["spec"]["nodeName"], pod_requests(pod_json["spec"]))
     nodes = {n["metadata"]["name"]: n for n in NODES}
@@ -111,7 +133,8 @@ async def place(
             node for node, n in nodes.items() if feasible(pod, n, records[node].allocatable, result.used.get(node, {}))
         ]
         args = {"Pod": pod, "Nodes": None, "NodeNames": candidates}
-        async with session.post(f"{url}/filter", json=args) as resp:
+        scheduler = schedulers.get(pod["spec"].get("schedulerName") or DEFAULT_SCHEDULER, default)
+        async with session.post(f"{scheduler.url}/filter", json=args) as resp:
             filtered = await resp.json()
         passed: list[str] = filtered["NodeNames"] or []
         if not passed:
@@ -121,18 +144,20 @@ async def place(
             continue
         scores = {passed[0]: 0}
         if len(passed) > 1:  # kube-scheduler calls prioritize only with more than one feasible node
-            async with session.post(f"{url}/prioritize", json={**args, "NodeNames": passed}) as resp:
+            async with session.post(f"{scheduler.url}/prioritize", json={**args, "NodeNames": passed}) as resp:
                 scores = {e["Host"]: e["Score"] for e in await resp.json()}
         totals = final_scores(scores, {n: preferred_affinity(pod, labels[n]) for n in passed})
         best = max(passed, key=lambda n: totals.get(n, 0))
         result.add(best, requests)
-        # The binding, as the extender's pod watch would deliver it moments later.
-        extender.state.upsert_pod(pod_key(pod["metadata"]), best, tuple(requests.items()))
+        # The binding, as every extender's pod watch would deliver it moments later.
+        for extender in extenders:
+            extender.state.upsert_pod(pod_key(pod["metadata"]), best, tuple(requests.items()))
         gpu = next((f"{n} {r}" for r, n in requests.items() if r.startswith("nvidia.com/")), "")
         record = records[best]
         result.busy += busy * sum(n * record.shares.get(r, 0.0) for r, n in requests.items())
         ranked = " ".join(f"{n}={s}" for n, s in sorted(scores.items(), key=lambda x: -x[1])[:4])
-        result.lines.append(f"   {name:<14} -> {best:<12} {gpu:<28} scores: {ranked}")
+        via = f" ({DEFAULT_SCHEDULER})" if schedulers and scheduler is default else ""
+        result.lines.append(f"   {name:<14} -> {best:<12} {gpu:<28} scores: {ranked}{via}")
     return result
 
 
@@ -168,11 +193,24 @@ async def run_demo(workdir: Path) -> int:
         policies[scoring].write_text(f"extender:\n  scoring: {scoring}\n")
     policy = parse_policy(b"")
     records = {n["metadata"]["name"]: node_from_json(n, policy) for n in NODES}
-    webhook = build_webhook(WebhookConfig(None, ServeOptions()), CollectorRegistry(), reader=NodesReader())
+    webhook = build_webhook(
+        WebhookConfig(None, ServeOptions()), CollectorRegistry(), reader=NodesReader(), lease_reader=LiveLeaseReader()
+    )
+    name = policy.scheduler.name or DEFAULT_SCHEDULER
     client_tls = ssl.create_default_context(cafile=str(ca))
     connector = aiohttp.TCPConnector(ssl=client_tls)
+
+    def extender(scoring: str) -> web.Application:
+        config = ExtenderConfig(
+            policies[scoring], ServeOptions(), nodes_file=nodes_file, pods_file=pods_file, metrics_file=dcgm_file
+        )
+        return build_extender(config, CollectorRegistry())
+
     async with aiohttp.ClientSession(connector=connector) as session, serving(webhook, cert, key) as hook_url:
-        print(f"gpupack webhook on {hook_url} (built-in policy), embedded cluster: {len(NODES)} GPU nodes\n")
+        print(
+            f"gpupack webhook on {hook_url} (built-in policy), embedded cluster: {len(NODES)} GPU nodes, "
+            f"{name} leading (its Lease renewed)\n"
+        )
         admitted: list[tuple[dict[str, Any], float]] = []
         for item in SUBMITTED:
             response, pod = await admit(session, hook_url, item)
@@ -180,14 +218,21 @@ async def run_demo(workdir: Path) -> int:
             if response["allowed"] and any(r.startswith("nvidia.com/") for r in pod_requests(pod["spec"])):
                 admitted.append((pod, item.busy))
         placements: dict[str, Placement] = {}
-        for scoring, policy_file in policies.items():
-            config = ExtenderConfig(
-                policy_file, ServeOptions(), nodes_file=nodes_file, pods_file=pods_file, metrics_file=dcgm_file
+        # gpupack: what the pods name decides which extender places them, as in a cluster running both schedulers.
+        packing, default = extender("gpupack"), extender("spread")
+        async with serving(packing, cert, key) as packing_url, serving(default, cert, key) as default_url:
+            routed = {name: Scheduler(packing_url, packing[EXTENDER])}
+            others = Scheduler(default_url, default[EXTENDER])
+            placements["gpupack"] = await place(session, routed, others, "gpupack", admitted, records)
+        baseline = extender("spread")  # every pod under the default scheduler's scoring
+        async with serving(baseline, cert, key) as url:
+            placements["spread"] = await place(
+                session, {}, Scheduler(url, baseline[EXTENDER]), "spread", admitted, records
             )
-            app = build_extender(config, CollectorRegistry())
-            async with serving(app, cert, key) as ext_url:
-                placements[scoring] = await place(session, ext_url, app[EXTENDER], scoring, admitted, records)
-    print(f"== placement by the gpupack extender ({len(admitted)} GPU pods, filter then prioritize over HTTPS)")
+    on_gpupack = sum(pod["spec"].get("schedulerName") == name for pod, _ in admitted)
+    elsewhere = f"; {len(admitted) - on_gpupack} on {DEFAULT_SCHEDULER}, spread" if on_gpupack < len(admitted) else ""
+    header = f"== placement by the gpupack extender ({on_gpupack} GPU pods on {name}, filter then prioritize over HTTPS"
+    print(f"{header}{elsewhere})")
     print("\n".join(placements["gpupack"].lines))
     base = running_busy(records)
     costs = {s: cost(records.values(), p.used, base + p.busy) for s, p in placements.items()}

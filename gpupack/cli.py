@@ -71,7 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument("--key-file", type=Path, required=True, help="private key (PEM), e.g. tls.key")
     _listener_flags(hook, "0.0.0.0", 8443, "address to listen on (default 0.0.0.0: the API server calls it)")
     api = hook.add_mutually_exclusive_group()
-    api.add_argument("--kubeconfig", type=Path, help="read PriorityClasses and node GPU resources with this kubeconfig")
+    api.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="read PriorityClasses, node GPU resources and the gpupack scheduler's Lease with this kubeconfig "
+        "(without API access GPU pods stay on default-scheduler)",
+    )
     api.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
     hook.add_argument("--policy-poll-seconds", type=positive_float, default=5.0, help="policy file check period")
     hook.add_argument("--max-body-bytes", type=int, default=3 * 1024 * 1024, help="larger bodies get HTTP 413")
@@ -144,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         "mutate",
         help="preview what the webhook does to a Pod",
         description="Read a Pod (YAML or JSON) or an AdmissionReview and print, offline, whether it is allowed, "
-        "the warnings, the JSON Patch and the mutated pod.",
+        "the scheduler it goes to, the warnings, the JSON Patch and the mutated pod.",
     )
     mutate.add_argument("file", help="Pod or AdmissionReview file, or - for standard input")
     mutate.add_argument("--config", type=Path, help="policy YAML to preview; default: built-in policy")
@@ -154,6 +159,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     mutate.add_argument("--priority-classes", type=Path, help="`kubectl get priorityclasses -o json` output")
     mutate.add_argument("--nodes", type=Path, help="`kubectl get nodes -o json` output (MIG profiles offered)")
+    mutate.add_argument(
+        "--lease",
+        type=Path,
+        help="`kubectl get lease -n gpupack-system gpupack-scheduler -o json` output: whether the gpupack scheduler "
+        "has a live leader now (default: assume it has)",
+    )
 
     certs = sub.add_parser(
         "certs",
@@ -257,7 +268,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return run_scenario(args) if args.scenario else run(args)
 
 
-def _read_json(path: Path | None) -> dict[str, object] | None:
+def _read_json(path: Path | None, expected: str = "a JSON list object (kind: List)") -> dict[str, object] | None:
     if path is None:
         return None
     try:
@@ -265,18 +276,21 @@ def _read_json(path: Path | None) -> dict[str, object] | None:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON list object (kind: List)")
+        raise ValueError(f"{path} must hold {expected}")
     return data
 
 
 def _cmd_mutate(args: argparse.Namespace) -> int:
     from gpupack.kube import facts_from_lists
+    from gpupack.lease import ASSUMED_LIVE
     from gpupack.policy_store import load_policy_file
-    from webhook.preview import preview, read_document, render_text
+    from webhook.preview import lease_status, preview, read_document, render_text
 
     loaded = load_policy_file(args.config)
     facts = facts_from_lists(_read_json(args.priority_classes), _read_json(args.nodes))
-    result = preview(read_document(args.file), loaded, facts, args.opted_in_namespace)
+    lease = _read_json(args.lease, "a Lease object")
+    scheduler = lease_status(lease, loaded.policy) if lease is not None else ASSUMED_LIVE
+    result = preview(read_document(args.file), loaded, facts, args.opted_in_namespace, scheduler)
     print(json.dumps(result.as_json(), indent=2) if args.json else render_text(result))
     return 0 if result.allowed else 1
 

@@ -31,6 +31,10 @@ ANNOTATION_AUDIT: Final = f"{DOMAIN}/audit"
 ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
 ANNOTATION_SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
+# The scheduler the API server names in every pod that names none (it defaults `spec.schedulerName` before
+# webhooks run): a pod carrying it did not choose a scheduler.
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+
 # Extended resources advertised by the NVIDIA device plugin.
 RESOURCE_GPU: Final = "nvidia.com/gpu"
 RESOURCE_GPU_SHARED: Final = "nvidia.com/gpu.shared"

@@ -81,6 +81,7 @@ class PodSpec(_K8s):
     priority_class_name: str | None = None
     priority: int | None = None
     preemption_policy: str | None = None
+    scheduler_name: str | None = None
 
 
 class Pod(_K8s):

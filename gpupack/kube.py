@@ -1,5 +1,5 @@
-"""The only module that talks to the Kubernetes API client: reads PriorityClasses and node GPU resources, and
-lists and watches nodes and pods for the extender's cache.
+"""The only module that talks to the Kubernetes API client: reads PriorityClasses and node GPU resources, the
+gpupack scheduler's leader Lease, and lists and watches nodes and pods for the extender's cache.
 
 Lists and watches are read raw (`_preload_content=False`) and parsed with orjson into plain dicts, instead of
 building the client's generated model objects for every node and pod. A background task refreshes the snapshot;
@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpupack import contract
 from gpupack.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts
+from gpupack.lease import LeaseUnreadable
 from gpupack.telemetry import ClusterReadMetrics
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,48 @@ class ClusterFactsCache:
         while True:
             await self.refresh()
             await asyncio.sleep(interval())
+
+
+LEASE_TIMEOUT = 5.0
+"""Seconds one read of the Lease may take: a hung read delays the next one, and the last one ages meanwhile."""
+
+
+def _unreadable(exc: Exception) -> LeaseUnreadable:
+    """A short reason for a failed read (it ends up in pods' warnings): `HTTP 403`, `Connection refused`, `timed
+    out`, not urllib3's whole chain with host, port and retry counts."""
+    if isinstance(exc, ApiException):
+        return LeaseUnreadable(f"HTTP {exc.status}")
+    reason = getattr(exc, "reason", None)  # urllib3's MaxRetryError wraps the error that ended the retries
+    cause: BaseException = reason if isinstance(reason, Exception) else exc
+    while cause.__cause__ is not None:  # down to the socket's own error
+        cause = cause.__cause__
+    text = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+    return LeaseUnreadable(text[:100] or type(cause).__name__)
+
+
+class KubeLeaseReader:
+    """GETs one Lease by name (`get` on that Lease is all the RBAC it needs), as raw JSON like the lists above."""
+
+    def __init__(self, api: client.ApiClient, request_timeout: float = LEASE_TIMEOUT) -> None:
+        self._coordination = client.CoordinationV1Api(api)
+        self._request_timeout = request_timeout
+
+    def read(self, namespace: str, name: str) -> Any:
+        """The Lease's JSON, or None when it does not exist (HTTP 404). Raises LeaseUnreadable otherwise."""
+        try:
+            # raw: with _preload_content=False the client returns the HTTP response, not a V1Lease
+            response: Any = self._coordination.read_namespaced_lease(
+                name, namespace, _preload_content=False, _request_timeout=self._request_timeout
+            )
+            return orjson.loads(response.data)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _unreadable(exc) from exc
+        except orjson.JSONDecodeError as exc:
+            raise LeaseUnreadable("the API server's answer is not JSON") from exc
+        except Exception as exc:  # urllib3: refused, reset, timed out, TLS
+            raise _unreadable(exc) from exc
 
 
 # list + watch ------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from gpupack.validation import DOCUMENT_CONFIG, describe
 Sharing = Literal["mig", "time-slicing", "exclusive"]
 SpotPlacement = Literal["require", "prefer", "forbid"]
 WorkloadClass = Literal["inference", "training", "batch"]
-EnforcedField = Literal["gpu", "requests", "spot", "priority", "autoscaler"]
+EnforcedField = Literal["gpu", "requests", "spot", "priority", "autoscaler", "scheduler"]
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _MIG_NAME = re.compile(r"^[0-9]+g\.[0-9]+gb$")
@@ -281,6 +281,49 @@ MAX_ENTRIES = 1000
 policies have a handful; the bound keeps a reload cheap to validate and to hand over (see `policy_store`)."""
 
 
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class LeaseName(_Model):
+    """Where the gpupack scheduler's leader election keeps its Lease: `leaderElection.resourceNamespace` and
+    `resourceName` of manifests/extender/scheduler-config.yaml."""
+
+    namespace: str = Field(default="gpupack-system", pattern=_DNS_LABEL)
+    """Namespace of the Lease (a namespace name: a DNS label)."""
+    name: ObjectName = "gpupack-scheduler"
+    """Name of the Lease."""
+
+
+class SchedulerPolicy(_Model):
+    """Which scheduler opted-in GPU pods are sent to (`spec.schedulerName`), and how the webhook knows it is alive.
+
+    Labels alone route nothing: a second scheduler takes only the pods that name it. A pod that names a scheduler
+    nobody runs stays Pending forever, so pods are sent to it only while its leader Lease is held and renewed;
+    otherwise they stay on `default-scheduler` (running, not packed) with a warning, a metric and a log line.
+    """
+
+    name: ObjectName | None = "gpupack-scheduler"
+    """The `schedulerName` given to opted-in GPU pods: the profile of the shipped gpupack scheduler. Null turns
+    routing off (no Lease is read), for clusters whose main scheduler calls the extender."""
+    lease: LeaseName = LeaseName()
+    grace_seconds: float = Field(default=10.0, ge=0, le=300)
+    """How long past `renewTime + leaseDurationSeconds` the scheduler still counts as alive. The leader renews
+    every 2 s and the Lease lasts 15 s (kube-scheduler's defaults); the webhook sees a renewal up to
+    `pollSeconds` late, and the two clocks may differ. 10 s covers one poll and a few seconds of skew, and it
+    spans a failover (a standby takes the Lease about 15-17 s after the last renewal), so a leader change does
+    not send pods away. A dead scheduler is noticed at most 25 s after its last renewal."""
+    poll_seconds: float = Field(default=5.0, gt=0, le=60)
+    """Period of the background read of the Lease (one GET; never on the request path). Keep it well under
+    `graceSeconds` plus the Lease's duration, or a live scheduler looks dead between two reads."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_the_default(cls, value: str | None) -> str | None:
+        if value == contract.DEFAULT_SCHEDULER:
+            raise ValueError(f"{value!r} is where pods go anyway: use null to turn routing off")
+        return value
+
+
 class Policy(_Model):
     """The whole policy document."""
 
@@ -303,9 +346,10 @@ class Policy(_Model):
     ignored_namespaces: list[ObjectName] = Field(default=[], max_length=MAX_ENTRIES)
     """More namespaces never touched."""
     enforce: list[EnforcedField] = []
-    """Fields where the policy wins over what the pod says: gpu, requests, spot, priority, autoscaler."""
+    """Fields where the policy wins over what the pod says: gpu, requests, spot, priority, autoscaler, scheduler."""
     cluster: ClusterFacts = ClusterFacts()
     extender: ExtenderPolicy = ExtenderPolicy()
+    scheduler: SchedulerPolicy = SchedulerPolicy()
 
     @field_validator("priority_classes", mode="before")
     @classmethod

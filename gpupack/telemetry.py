@@ -56,3 +56,34 @@ class ClusterReadMetrics:
         self.last_success = Gauge(
             "gpupack_cluster_read_last_success_timestamp_seconds", "When the API was last read.", registry=registry
         )
+
+
+class LeaseMetrics:
+    """Reads of the gpupack scheduler's leader Lease and what they said."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.live = Gauge(
+            "gpupack_scheduler_lease_live",
+            "1 while the gpupack scheduler's leader Lease is held and renewed (GPU pods are sent to it), else 0; "
+            "as of the last read. No series while routing is off.",
+            ["lease"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "gpupack_scheduler_lease_read_failures_total",
+            "Failed reads of the gpupack scheduler's leader Lease (403, connection errors...; a 404 is a read).",
+            registry=registry,
+        )
+        self._lease: str | None = None
+
+    def observed(self, lease: str, live: bool) -> None:
+        """Set the gauge of `lease` (namespace/name), dropping the series of a Lease the policy no longer names."""
+        if lease != self._lease:
+            self.live.clear()
+            self._lease = lease
+        self.live.labels(lease).set(1 if live else 0)
+
+    def forget(self) -> None:
+        """Routing was turned off: no series."""
+        self.live.clear()
+        self._lease = None

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,17 @@ def make_pod(
 
 
 admission_review = review  # the demo's builder is the one wrapper of a pod in an AdmissionReview
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """`gpupack.cli.main` installs a handler on the root logger writing to the stderr of its test (captured, then
+    closed); later tests that log would write to the closed stream. Each test gets the root logger back as it was."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

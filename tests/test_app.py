@@ -170,6 +170,18 @@ async def test_metrics_count_admissions_mutations_and_latency(aiohttp_client: An
     assert "gpupack_webhook_admission_duration_seconds_count 2.0" in text
 
 
+async def test_without_api_access_gpu_pods_stay_on_the_default_scheduler_and_are_counted(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(app())
+    _, body = await post(client, admission_review(make_pod({W + "workload": "inference"})))
+    assert (
+        "gpupack: gpupack-scheduler has no live leader (no API access to read the lease): left on "
+        + ("default-scheduler, not packed")
+        in body["response"]["warnings"]
+    )
+    text = await (await client.get("/metrics")).text()
+    assert 'gpupack_webhook_unrouted_total{reason="unreadable"} 1.0' in text
+
+
 async def test_health_and_readiness(aiohttp_client: Any) -> None:
     client = await aiohttp_client(app())
     assert (await client.get("/healthz")).status == 200

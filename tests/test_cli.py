@@ -143,6 +143,9 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "DENIED" in out and "nvidia.com/mig-2g.10gb" in out  # sized to what the embedded A100s advertise
+    assert "gpupack-scheduler leading (its Lease renewed)" in out  # the embedded webhook reads a live Lease
+    routed = out.count("   scheduler: default-scheduler -> gpupack-scheduler")
+    assert routed >= 15 and f"placement by the gpupack extender ({routed} GPU pods on gpupack-scheduler" in out
     placed = dict(re.findall(r"^   (\S+)\s+-> (\S+)", out, re.MULTILINE))
     assert placed["bert-batch-x1"] == "t4-spot-1"  # batch requires spot
     assert not placed["llm-7b"].startswith(("h100-spot", "t4-spot"))  # inference never on spot
@@ -222,3 +225,98 @@ def test_simulate_a_synthetic_day(capsys: pytest.CaptureFixture[str]) -> None:
     assert (out["scale"], out["hours"]) == (0.5, 6.0)
     assert set(out["policies"]) == {"spread", "gpupack"}  # the numbers themselves are tested in test_day.py
     assert out["policies"]["gpupack"]["gpu_nodes_mean"] < out["policies"]["spread"]["gpu_nodes_mean"]
+
+
+def _lease_file(tmp_path: Path, renewed_at: float, duration: int = 15, name: str = "gpupack-scheduler") -> Path:
+    from demo.cluster import leader_lease
+
+    path = tmp_path / "lease.json"
+    path.write_text(json.dumps(leader_lease("gpupack-system", name, renewed_at, duration=duration)))
+    return path
+
+
+def test_mutate_without_a_lease_assumes_the_gpupack_scheduler_is_live_and_says_so(tmp_path: Path) -> None:
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "inference"})))
+    result = run("mutate", str(pod_file))
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[1] == (
+        "scheduler: gpupack-scheduler assumed live (no --lease given; the webhook reads lease "
+        "gpupack-system/gpupack-scheduler)"
+    )
+    assert "schedulerName: gpupack-scheduler" in result.stdout  # the mutated pod
+
+
+@pytest.mark.parametrize(
+    ("age", "duration", "line", "scheduler"),
+    [
+        (
+            0,
+            3600,
+            "scheduler: gpupack-scheduler live (lease gpupack-system/gpupack-scheduler held and renewed)",
+            "gpupack-scheduler",
+        ),
+        (
+            3600,
+            15,
+            "scheduler: gpupack-scheduler has no live leader (lease gpupack-system/gpupack-scheduler: expired",
+            "default-scheduler",
+        ),
+    ],
+)
+def test_mutate_with_a_lease_routes_as_the_webhook_would_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], age: int, duration: int, line: str, scheduler: str
+) -> None:
+    import time
+
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "inference"})))
+    lease = _lease_file(tmp_path, time.time() - age, duration)
+    assert main(["mutate", str(pod_file), "--lease", str(lease)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith(line)
+    assert main(["mutate", str(pod_file), "--lease", str(lease), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"allowed", "message", "patch", "warnings", "pod"}  # the documented shape, unchanged
+    assert out["pod"]["spec"]["schedulerName"] == scheduler
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (json.dumps(make_pod()), "--lease: expected a Lease, got kind 'Pod'"),
+        ("[]", "must hold a Lease object"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_mutate_refuses_a_lease_file_that_is_not_a_lease(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "inference"})))
+    (tmp_path / "lease.json").write_text(content)
+    assert main(["mutate", str(pod_file), "--lease", str(tmp_path / "lease.json")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_mutate_says_when_routing_is_off(tmp_path: Path) -> None:
+    pod_file, policy = tmp_path / "pod.json", tmp_path / "policy.yaml"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "inference"})))
+    policy.write_text("scheduler: {name: null}\n")
+    result = run("mutate", str(pod_file), "--config", str(policy))
+    assert (
+        result.stdout.splitlines()[1] == "scheduler: routing off (scheduler.name is null): schedulerName is left alone"
+    )
+    assert "schedulerName: default-scheduler" in result.stdout
+
+
+def test_mutate_refuses_a_lease_other_than_the_policys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod_file = tmp_path / "pod.json"
+    pod_file.write_text(json.dumps(make_pod({W + "workload": "inference"})))
+    lease = _lease_file(tmp_path, 0, name="kube-scheduler")
+    assert main(["mutate", str(pod_file), "--lease", str(lease)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "lease gpupack-system/kube-scheduler is not the policy's scheduler.lease gpupack-system/gpupack-scheduler"
+        in err
+    )

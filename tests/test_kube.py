@@ -3,72 +3,24 @@ that speaks HTTP (with pagination) and serves the recorded cluster state."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gpupack.cluster import PriorityClassInfo
 from gpupack.kube import ClusterFactsCache, KubeClusterReader, api_client
 from gpupack.telemetry import ClusterReadMetrics
-from tests.conftest import RECORDED
-
-
-class FakeApiServer:
-    """Serves `/apis/scheduling.k8s.io/v1/priorityclasses` and `/api/v1/nodes`, one item per page."""
-
-    def __init__(self) -> None:
-        self.priority_classes = json.loads((RECORDED / "priorityclasses.json").read_text())["items"]
-        self.nodes = json.loads((RECORDED / "nodes.json").read_text())["items"]
-        self.failing = False
-        self.requests: list[str] = []
-
-    def _page(self, request: web.Request, items: list[dict[str, Any]], kind: str) -> web.Response:
-        self.requests.append(request.path_qs)
-        if self.failing:
-            return web.json_response({"kind": "Status", "code": 503, "message": "unavailable"}, status=503)
-        start = int(request.query.get("continue") or 0)
-        limit = int(request.query.get("limit") or len(items))
-        limit = min(limit, 1)  # force pagination
-        nxt = start + limit
-        meta = {"resourceVersion": "100", **({"continue": str(nxt)} if nxt < len(items) else {})}
-        return web.json_response({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": items[start:nxt]})
-
-    async def list_priority_classes(self, request: web.Request) -> web.Response:
-        return self._page(request, self.priority_classes, "PriorityClassList")
-
-    async def list_nodes(self, request: web.Request) -> web.Response:
-        return self._page(request, self.nodes, "NodeList")
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/apis/scheduling.k8s.io/v1/priorityclasses", self.list_priority_classes)
-        app.router.add_get("/api/v1/nodes", self.list_nodes)
-        return app
+from tests.kube_kit import FakeApiServer, write_kubeconfig
 
 
 @pytest.fixture
 async def fake_api(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, Path]]:
     fake = FakeApiServer()
     server = await aiohttp_server(fake.app())
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    yield fake, kubeconfig
+    yield fake, write_kubeconfig(tmp_path / "kubeconfig", server.port)
 
 
 async def test_reader_lists_every_page_and_keeps_only_what_it_needs(fake_api: tuple[FakeApiServer, Path]) -> None:

@@ -85,3 +85,47 @@ def test_the_image_copies_every_package_the_project_installs() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     roots = {p.split(".")[0].rstrip("*") for p in packages}
     assert roots and all(f"COPY {root} ./{root}" in dockerfile for root in roots), roots
+
+
+def test_the_policy_reads_the_lease_the_shipped_scheduler_elects_its_leader_in() -> None:
+    """The webhook judges the gpupack scheduler by the Lease its leader election writes: same namespace and name,
+    and the scheduler's profile is the name the webhook writes into pods."""
+    config = yaml.safe_load((ROOT / "manifests/extender/scheduler-config.yaml").read_text())
+    election = config["leaderElection"]
+    scheduler = parse_policy(b"").scheduler
+    assert election["leaderElect"] is True and election.get("resourceLock", "leases") == "leases"
+    assert (election["resourceNamespace"], election["resourceName"]) == (
+        scheduler.lease.namespace,
+        scheduler.lease.name,
+    )
+    assert scheduler.name in [profile["schedulerName"] for profile in config["profiles"]]
+
+
+def test_the_webhook_may_get_that_one_lease_and_nothing_more_about_leases(objects: list[dict[str, Any]]) -> None:
+    (deployment,) = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"] == "gpupack-webhook"]
+    account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    lease = parse_policy(b"").scheduler.lease
+    bindings = [
+        b
+        for b in by_kind(objects, "RoleBinding") + by_kind(objects, "ClusterRoleBinding")
+        if {"kind": "ServiceAccount", "name": account, "namespace": "gpupack-system"} in b["subjects"]
+    ]
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in by_kind(objects, "Role") + by_kind(objects, "ClusterRole")}
+    lease_rules = []
+    for binding in bindings:
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for rule in role["rules"]:
+            if "coordination.k8s.io" in rule["apiGroups"]:
+                lease_rules.append((role["kind"], role["metadata"].get("namespace"), rule))
+    assert lease_rules == [
+        (
+            "Role",
+            lease.namespace,
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "resourceNames": [lease.name],
+                "verbs": ["get"],
+            },
+        )
+    ]

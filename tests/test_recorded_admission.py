@@ -33,6 +33,8 @@ REQUESTS_INFERENCE = [
     {"op": "add", "path": "/spec/containers/0/resources/requests/cpu", "value": "1"},
     {"op": "add", "path": "/spec/containers/0/resources/requests/memory", "value": "4Gi"},
 ]
+# Every recorded pod arrives with the API server's default: the webhook names the gpupack scheduler instead.
+ROUTED = {"op": "replace", "path": "/spec/schedulerName", "value": "gpupack-scheduler"}
 NEW_ANNOTATIONS = {
     "inference": {
         "op": "add",
@@ -51,6 +53,7 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
     "000-mutate-llm-infer-7b-abc12": [
         AFFINITY_NO_SPOT,
         *INFERENCE_PRIORITY,
+        ROUTED,
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1class", "value": "inference"},
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1policy-version", "value": "test"},
     ],
@@ -66,6 +69,7 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
         {"op": "add", "path": "/spec/priorityClassName", "value": "gpu-batch-low"},
         {"op": "replace", "path": "/spec/priority", "value": -10},
         {"op": "replace", "path": "/spec/preemptionPolicy", "value": "Never"},
+        ROUTED,
         NEW_ANNOTATIONS["batch"],
     ],
     # Already on spot with the toleration and its own requests; gpupack-training is not in the API: left out.
@@ -75,22 +79,25 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
             "path": "/metadata/annotations",
             "value": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
         },
+        ROUTED,
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1class", "value": "training"},
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1policy-version", "value": "test"},
     ],
     "003-mutate-redis-cache-0": None,  # CPU-only, not opted in: admitted untouched
     # The pod names its own PriorityClass: kept, so priority fields are left alone.
-    "004-mutate-notebook-gpu": [*REQUESTS_INFERENCE, AFFINITY_NO_SPOT, NEW_ANNOTATIONS["inference"]],
+    "004-mutate-notebook-gpu": [*REQUESTS_INFERENCE, AFFINITY_NO_SPOT, ROUTED, NEW_ANNOTATIONS["inference"]],
     "005-mutate-dry-run-infer": [
         *REQUESTS_INFERENCE,
         AFFINITY_NO_SPOT,
         *INFERENCE_PRIORITY,
+        ROUTED,
         NEW_ANNOTATIONS["inference"],
     ],
     "006-mutate-embed-shared-1": [
         *REQUESTS_INFERENCE,
         AFFINITY_NO_SPOT,
         *INFERENCE_PRIORITY,
+        ROUTED,
         NEW_ANNOTATIONS["inference"],
     ],
 }

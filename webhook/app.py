@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from gpupack.kube import ClusterFactsCache
+from gpupack.lease_cache import LeaseCache
 from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyError, add_standard_routes, read_body
 from webhook.metrics import WebhookMetrics
@@ -25,12 +26,14 @@ from webhook.mutate import Decision, InvalidObject, MutationContext, plan
 from webhook.review import (
     LARGE_BODY,
     PAUSED_GC,
+    AdmissionRequest,
     AdmissionReview,
     BadReview,
     build_response,
     error_response,
     parse_review,
 )
+from webhook.unrouted import UnroutedLog
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,9 @@ class WebhookState:
     cluster: ClusterFactsCache
     metrics: WebhookMetrics
     settings: WebhookSettings
+    lease: LeaseCache
+    """The gpupack scheduler's Lease (read in the background): whether GPU pods may be sent to it."""
+    unrouted: UnroutedLog = field(default_factory=UnroutedLog)
 
 
 STATE: web.AppKey[WebhookState] = web.AppKey("webhook_state")
@@ -67,12 +73,15 @@ def _problem(state: WebhookState, status: int, reason: str, message: str) -> web
     return _json(status, {"error": message})
 
 
-def _record(state: WebhookState, decision: Decision, dry_run: bool) -> None:
+def _record(state: WebhookState, decision: Decision, dry_run: bool, req: AdmissionRequest) -> None:
     metrics = state.metrics
     metrics.admitted(decision.outcome, decision.workload, dry_run)
     mode = "audit" if decision.outcome == "audited" else "enforce"
     for kind in decision.change_kinds:
         metrics.mutated(kind, mode)
+    if decision.unrouted is not None and mode == "enforce" and not dry_run:  # a pod that exists, unpacked
+        metrics.unrouted_pod(decision.unrouted.reason or "unknown")
+        state.unrouted.record(decision.unrouted, state.policy.policy.scheduler, f"{req.namespace}/{req.name}")
     if decision.outcome == "audited":
         log.info("audit: would %s", decision.message)
 
@@ -111,10 +120,11 @@ def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: b
             decision = Decision(True, "skipped", message=f"{req.operation} {req.kind.kind} is not handled")
         else:
             loaded = state.policy.current
-            context = MutationContext(loaded.policy, loaded.version, state.cluster.facts, namespace_opted_in)
+            scheduler = state.lease.status(loaded.policy.scheduler, time.time())
+            context = MutationContext(loaded.policy, loaded.version, state.cluster.facts, namespace_opted_in, scheduler)
             decision = plan(req.object, req.namespace, context)
         payload = build_response(uid, decision)
-        _record(state, decision, bool(req.dry_run))
+        _record(state, decision, bool(req.dry_run), req)
     except InvalidObject as exc:
         return _problem(state, 400, "invalid_object", str(exc))
     except Exception:
@@ -141,11 +151,15 @@ def make_app(
     registry: CollectorRegistry,
     settings: WebhookSettings | None = None,
     metrics: WebhookMetrics | None = None,
+    lease: LeaseCache | None = None,
 ) -> web.Application:
-    """The webhook application; background tasks (policy and cluster refresh) are the caller's to start."""
+    """The webhook application; background tasks (policy, cluster and Lease refresh) are the caller's to start.
+
+    Without `lease` the scheduler's Lease is never read: GPU pods stay on default-scheduler, with a warning.
+    """
     settings = settings or WebhookSettings()
     app = web.Application(client_max_size=settings.max_body_bytes)
-    app[STATE] = WebhookState(policy, cluster, metrics or WebhookMetrics(registry), settings)
+    app[STATE] = WebhookState(policy, cluster, metrics or WebhookMetrics(registry), settings, lease or LeaseCache(None))
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/mutate/opted-in-namespace", mutate_opted_in_namespace)
     add_standard_routes(app, registry, ready=lambda: True)

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from certs.issue import issue_ca, issue_serving_cert, write_pair
+from gpupack.contract import DEFAULT_SCHEDULER
 from webhook.patches import PatchOp, apply_patch
 
 
@@ -24,7 +25,8 @@ def demo_pod(
     owner: str | None = None,
     namespace: str = "ml-serving",
 ) -> dict[str, Any]:
-    """A pod as the API server hands it to webhooks: Priority plugin defaults and default tolerations set."""
+    """A pod as the API server hands it to webhooks: Priority plugin defaults, default tolerations and the default
+    `schedulerName` set."""
     metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
     if owner:
         metadata["ownerReferences"] = [
@@ -44,6 +46,7 @@ def demo_pod(
             "containers": [{"name": "main", "image": "registry.example/app:1", "resources": resources or {}}],
             "priority": 0,
             "preemptionPolicy": "PreemptLowerPriority",
+            "schedulerName": DEFAULT_SCHEDULER,
             "tolerations": [
                 {
                     "key": "node.kubernetes.io/not-ready",
@@ -100,6 +103,8 @@ def describe(title: str, pod: dict[str, Any], response: dict[str, Any]) -> list[
         f"   priority: {after['spec'].get('priorityClassName', '-')} = {after['spec'].get('priority')}"
         f" ({after['spec'].get('preemptionPolicy')})"
     )
+    before, now = pod["spec"].get("schedulerName"), after["spec"].get("schedulerName")
+    lines.append(f"   scheduler: {before} -> {now}" if now != before else f"   scheduler: {now} (unchanged)")
     for warning in response.get("warnings", []):
         lines.append(f"   - {warning}")
     lines.append(f"   patch: {len(ops)} operations")

@@ -9,11 +9,12 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class WebhookMetrics:
-    """Admissions by outcome and class, mutations by kind, latency, bad requests and handler errors.
+    """Admissions by outcome and class, mutations by kind, pods kept off the gpupack scheduler, latency, bad
+    requests and handler errors.
 
-    The handler counts through `admitted()` and `mutated()`, not `.labels()`: prometheus-client's `labels()`
-    validates and stringifies its arguments and takes a lock on every call (about 3 µs each, three times per
-    admission on the hot path), while the label sets are few and fixed, so each child is looked up once and
+    The handler counts through `admitted()`, `mutated()` and `unrouted_pod()`, not `.labels()`: prometheus-client's
+    `labels()` validates and stringifies its arguments and takes a lock on every call (about 3 µs each, three times
+    per admission on the hot path), while the label sets are few and fixed, so each child is looked up once and
     kept in a dict keyed by its label values.
     """
 
@@ -26,7 +27,8 @@ class WebhookMetrics:
         )
         self.mutations = Counter(
             "gpupack_webhook_mutations_total",
-            "Changes made (or, in audit mode, that would be made) by kind: gpu, requests, spot, priority, autoscaler.",
+            "Changes made (or, in audit mode, that would be made) by kind: gpu, requests, spot, priority, autoscaler, "
+            "scheduler.",
             ["kind", "mode"],
             registry=registry,
         )
@@ -42,8 +44,17 @@ class WebhookMetrics:
             ["reason"],
             registry=registry,
         )
+        self.unrouted = Counter(
+            "gpupack_webhook_unrouted_total",
+            "Opted-in GPU pods left on (or moved to) default-scheduler, not packed, because the policy's scheduler "
+            "has no live leader, by reason: not-read-yet, unreadable, missing, no-holder, expired, invalid. "
+            "Pods created in enforce mode only (no dry runs, no audit).",
+            ["reason"],
+            registry=registry,
+        )
         self._admitted: dict[tuple[str, str, bool], Counter] = {}
         self._mutated: dict[tuple[str, str], Counter] = {}
+        self._unrouted: dict[str, Counter] = {}
 
     def admitted(self, outcome: str, workload: str, dry_run: bool) -> None:
         """Count one admission answered (`dry_run` becomes the label `true` / `false`)."""
@@ -59,4 +70,11 @@ class WebhookMetrics:
         child = self._mutated.get(key)
         if child is None:
             child = self._mutated[key] = self.mutations.labels(kind, mode)
+        child.inc()
+
+    def unrouted_pod(self, reason: str) -> None:
+        """Count one pod kept off the policy's scheduler, by why (a reason of `gpupack.lease.NotLiveReason`)."""
+        child = self._unrouted.get(reason)
+        if child is None:
+            child = self._unrouted[reason] = self.unrouted.labels(reason)
         child.inc()

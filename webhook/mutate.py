@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from gpupack import contract
 from gpupack.cluster import UNKNOWN, ClusterFacts
 from gpupack.k8s import Pod
+from gpupack.lease import ASSUMED_LIVE, SchedulerStatus
 from gpupack.policy import ClassPolicy, Policy
 from gpupack.validation import describe
 from webhook.bounds import too_large
@@ -25,6 +26,7 @@ from webhook.patches import PatchBuilder, PatchOp
 from webhook.placement import place
 from webhook.priority import apply_priority
 from webhook.resources import apply_gpu, apply_requests, gpu_container
+from webhook.routing import route
 from webhook.sizing import choose_gpu
 
 Outcome = Literal["mutated", "unchanged", "skipped", "denied", "audited"]
@@ -43,6 +45,8 @@ class MutationContext:
     version: str
     facts: ClusterFacts = UNKNOWN
     namespace_opted_in: bool = False
+    scheduler: SchedulerStatus = ASSUMED_LIVE
+    """The verdict on the policy's scheduler now (the webhook's Lease cache); offline callers assume it is up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,8 @@ class Decision:
     audit_annotations: dict[str, str] = field(default_factory=dict)
     message: str = ""
     change_kinds: list[ChangeKind] = field(default_factory=list)
+    unrouted: SchedulerStatus | None = None
+    """Why the pod is not sent to the policy's scheduler (it has no live leader), when that is so."""
 
 
 def parse_pod(raw: Any) -> Pod:
@@ -113,6 +119,7 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
         place(pod, builder, policy, cls.spot, request.workload, notes)
     apply_priority(pod, builder, policy, cls, ctx.facts, notes)
     _autoscaler(pod, builder, policy, cls, request, notes)
+    route(pod, builder, policy, ctx.scheduler, notes)
     return request.workload
 
 
@@ -207,6 +214,7 @@ def _finish(
             {"would": clip(summary, AUDIT_ANNOTATION_CHARS)},
             summary,
             notes.kinds(),
+            notes.unrouted,
         )
     builder.set_many(
         ANNOTATIONS, {contract.ANNOTATION_CLASS: workload, contract.ANNOTATION_POLICY_VERSION: ctx.version}
@@ -221,4 +229,5 @@ def _finish(
         {"changes": clip(summary, AUDIT_ANNOTATION_CHARS)} if notes.items else {},
         summary,
         notes.kinds(),
+        notes.unrouted,
     )

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-ChangeKind = Literal["gpu", "requests", "spot", "priority", "autoscaler", "conflict", "advice"]
+from gpupack.lease import SchedulerStatus
+
+ChangeKind = Literal["gpu", "requests", "spot", "priority", "autoscaler", "scheduler", "conflict", "advice"]
 
 WARNING_LIMIT = 120
 
@@ -32,6 +34,9 @@ class Notes:
     """The notes of one admission, in the order they were made."""
 
     items: list[Note] = field(default_factory=list)
+    unrouted: SchedulerStatus | None = None
+    """Set when the policy's scheduler has no live leader and the pod stays on (or goes to) the default scheduler:
+    the verdict that kept it there, for the metric and the log line."""
 
     def add(self, kind: ChangeKind, text: str) -> None:
         """Record a change or a conflict."""

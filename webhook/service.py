@@ -1,4 +1,5 @@
-"""Assemble and run the webhook server: policy store, cluster snapshot, metrics, background refreshers."""
+"""Assemble and run the webhook server: policy store, cluster snapshot, scheduler Lease, metrics, background
+refreshers."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupack.kube import ClusterFactsCache, ClusterReader, KubeClusterReader, api_client
+from gpupack.kube import ClusterFactsCache, ClusterReader, KubeClusterReader, KubeLeaseReader, api_client
+from gpupack.lease_cache import LeaseCache, LeaseReader
 from gpupack.server import ServeOptions, serve_forever
-from gpupack.telemetry import ClusterReadMetrics, monitored_policy_store
+from gpupack.telemetry import ClusterReadMetrics, LeaseMetrics, monitored_policy_store
 from webhook.app import WebhookSettings, make_app
 
 log = logging.getLogger(__name__)
@@ -32,26 +34,34 @@ class WebhookConfig:
 
 
 def build_app(
-    config: WebhookConfig, registry: CollectorRegistry | None = None, reader: ClusterReader | None = None
+    config: WebhookConfig,
+    registry: CollectorRegistry | None = None,
+    reader: ClusterReader | None = None,
+    lease_reader: LeaseReader | None = None,
 ) -> web.Application:
     """The webhook app with its refreshers attached to its lifetime (`cleanup_ctx`).
 
-    `reader` replaces the API as the source of PriorityClasses and node resources (the embedded demo).
-    Raises PolicyError or OSError when the policy file is invalid or unreadable: refusing to start beats
-    starting with a policy nobody wrote.
+    `reader` replaces the API as the source of PriorityClasses and node resources, `lease_reader` as the source
+    of the gpupack scheduler's Lease (the embedded demo). Raises PolicyError or OSError when the policy file is
+    invalid or unreadable: refusing to start beats starting with a policy nobody wrote.
     """
     registry = registry or CollectorRegistry()
     store = monitored_policy_store(config.policy_file, registry)
-    if reader is None and (config.kubeconfig is not None or config.in_cluster):
-        reader = KubeClusterReader(api_client(config.kubeconfig, config.in_cluster))
+    if (reader is None or lease_reader is None) and (config.kubeconfig is not None or config.in_cluster):
+        api = api_client(config.kubeconfig, config.in_cluster)
+        reader = reader or KubeClusterReader(api)
+        lease_reader = lease_reader or KubeLeaseReader(api)
     cluster = ClusterFactsCache(reader, ClusterReadMetrics(registry))
-    app = make_app(store, cluster, registry, config.settings)
+    lease = LeaseCache(lease_reader, LeaseMetrics(registry))
+    app = make_app(store, cluster, registry, config.settings, lease=lease)
 
     async def refreshers(_app: web.Application) -> AsyncIterator[None]:
         await cluster.refresh()  # first read before serving, so the first pods already see the API's values
+        await lease.refresh(store.policy.scheduler)  # and are not sent away from a live scheduler
         tasks = [
             asyncio.create_task(store.watch(config.policy_poll_seconds)),
             asyncio.create_task(cluster.run(lambda: store.policy.cluster.refresh_seconds)),
+            asyncio.create_task(lease.run(lambda: store.policy.scheduler)),
         ]
         yield
         for task in tasks:
