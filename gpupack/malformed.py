@@ -9,35 +9,16 @@ handler still logs its traceback.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from gpupack.logs import RateLimit
+
 INTERVAL_SECONDS = 10.0
 """Least time between two log lines about malformed requests; the ones in between are counted in the next."""
-
-
-class RateLimit:
-    """Allows one event per `interval` seconds and counts the ones it holds back."""
-
-    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.interval = interval
-        self._clock = clock
-        self._next = float("-inf")
-        self.held_back = 0
-
-    def allow(self) -> int | None:
-        """None when this event is held back; else how many were held back since the last one allowed."""
-        now = self._clock()
-        if now < self._next:
-            self.held_back += 1
-            return None
-        self._next = now + self.interval
-        held, self.held_back = self.held_back, 0
-        return held
 
 
 class ProtocolLog(logging.LoggerAdapter[logging.Logger]):

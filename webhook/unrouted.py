@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from gpupack.contract import DEFAULT_SCHEDULER
 from gpupack.lease import SchedulerStatus
+from gpupack.logs import RateLimit
 from gpupack.policy import SchedulerPolicy
 
 log = logging.getLogger(__name__)
@@ -26,19 +27,15 @@ class UnroutedLog:
     """Counts unrouted pods by reason and writes a line when `interval` has passed since the last one."""
 
     def __init__(self, interval: float = LOG_INTERVAL, clock: Callable[[], float] = time.monotonic) -> None:
-        self._interval = interval
-        self._clock = clock
+        self._limit = RateLimit(interval, clock)
         self._pending: dict[str, int] = {}
-        self._quiet_until = float("-inf")
 
     def record(self, status: SchedulerStatus, scheduler: SchedulerPolicy, pod: str) -> None:
         """One pod (`namespace/name`) was left on the default scheduler because of `status`."""
         reason = status.reason or "unknown"
         self._pending[reason] = self._pending.get(reason, 0) + 1
-        now = self._clock()
-        if now < self._quiet_until:
+        if self._limit.allow() is None:
             return
-        self._quiet_until = now + self._interval
         total = sum(self._pending.values())
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(self._pending.items()))
         self._pending.clear()
