@@ -1,9 +1,12 @@
-"""Loopback helpers shared by the benchmarks: a free port, and waiting until a server accepts connections."""
+"""Loopback helpers shared by the benchmarks (and the tests): a free port, waiting until a server accepts
+connections, and a kubeconfig for a fake API server."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -24,3 +27,20 @@ def wait_port(port: int, timeout: float = 120.0) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"nothing listens on port {port} after {timeout:g}s")
+
+
+def write_kubeconfig(path: Path, port: int) -> Path:
+    """A kubeconfig for `http://127.0.0.1:<port>` with a bearer token."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path

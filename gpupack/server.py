@@ -268,7 +268,7 @@ async def _listen(
     guard = ConnectionGuard(options.max_connections, name, metrics.connections)
     site = GuardedSite(runner, host, port, context, options.handshake_timeout, guard)
     await site.start()
-    log.info("serving %s on %s", name, site.name)
+    log.info("%s listener on %s", name, site.name)
     return runner, site
 
 

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from bench.net import write_kubeconfig
 from tests.conftest import RECORDED
+
+__all__ = ["FakeApiServer", "status_body", "write_kubeconfig"]
 
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
@@ -86,20 +88,3 @@ class FakeApiServer:
         app.router.add_get("/api/v1/nodes", self.list_nodes)
         app.router.add_get(LEASE_PATH, self.get_lease)
         return app
-
-
-def write_kubeconfig(path: Path, port: int) -> Path:
-    """A kubeconfig for `http://127.0.0.1:<port>` with a bearer token."""
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "fake", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    return path

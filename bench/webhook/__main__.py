@@ -37,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.net import free_port, wait_port
+from bench.net import free_port, wait_port, write_kubeconfig
 from bench.wrk import read_report
 from certs.issue import issue_ca, issue_serving_cert, write_pair
 from gpupack.argtypes import positive_float, positive_int
@@ -144,12 +144,19 @@ def main() -> int:
         scripts["paced"].write_text(wrk_script(body, delay_ms))
         cert, key = str(work / "tls.crt"), str(work / "tls.key")
         python = sys.executable
-        bare_port, gpupack_port = free_port(), free_port()
+        bare_port, gpupack_port, api_port = free_port(), free_port(), free_port()
+        api = subprocess.Popen(
+            ["taskset", "-c", "1", python, "-m", "bench.webhook.apiserver", str(api_port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_port(api_port)
+        kubeconfig = str(write_kubeconfig(work / "kubeconfig", api_port))
         commands = {
             BARE: [python, "-m", "bench.webhook.bare", str(bare_port), cert, key],
             GPUPACK: [
                 *(python, "-m", "gpupack", "--log-level", "WARNING", "webhook", "--host", "127.0.0.1"),
-                *("--port", str(gpupack_port), "--cert-file", cert, "--key-file", key),
+                *("--port", str(gpupack_port), "--cert-file", cert, "--key-file", key, "--kubeconfig", kubeconfig),
             ],
         }
         servers = {BARE: Server(commands[BARE], bare_port), GPUPACK: Server(commands[GPUPACK], gpupack_port)}
@@ -170,6 +177,7 @@ def main() -> int:
         finally:
             for server in servers.values():
                 server.stop()
+            api.terminate()
     print(f"{'':<24}{'saturation':^42}{f'paced, {args.rate:g} req/s offered':^30}")
     print(f"{'round  server':<24}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU µs/req':>12}", end="")
     print(f"{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
