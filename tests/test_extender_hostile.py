@@ -62,6 +62,78 @@ def count_decisions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+# 6. capacity reservation ----------------------------------------------------------------------------------
+async def test_prioritize_on_a_node_the_pod_does_not_fit_reserves_nothing(aiohttp_client: Any) -> None:
+    """The report: 2,100 replicas asked of a 16-replica node were assumed there, and /state showed -2084."""
+    extender = extender_for(recorded_nodes())
+    client = await client_for(aiohttp_client, extender)
+    answer = await (await client.post("/prioritize", json=pod_args(SHARED, 2100, "huge", ["t4-shared-1"]))).json()
+    assert [e["Host"] for e in answer] == ["t4-shared-1"]  # still scored: kube-scheduler asked
+    assert extender.state.assumed_count() == 0
+    state = await (await client.get("/state")).json()
+    assert state["nodes"]["t4-shared-1"]["free"] == {SHARED: 16}
+
+
+async def test_fresh_uids_reserve_no_more_than_a_node_has(aiohttp_client: Any) -> None:
+    """Each prioritize with a new uid assumed a 4-GPU pod on the 8-GPU node, the third and later past its
+    capacity. Two fit and are assumed (telling them from real pods is the transport's job); no more."""
+    extender = extender_for(recorded_nodes())
+    client = await client_for(aiohttp_client, extender)
+    for i in range(4):
+        await client.post("/prioritize", json=pod_args(GPU, 4, f"fake-{i}", ["h100-spot-1"]))
+    assert extender.state.assumed_count() == 2
+    h100 = (await (await client.get("/state")).json())["nodes"]["h100-spot-1"]
+    assert h100["free"] == {GPU: 0} and h100["requested"] == {GPU: 8}
+
+
+async def test_the_assumption_goes_to_the_best_node_where_the_pod_fits(aiohttp_client: Any) -> None:
+    """12 replicas fill most of one T4 node; the next 12-replica pod fits only on the other one. gpupack ranks
+    the started node first (it packs), but the pod cannot be assumed there."""
+    extender = extender_for(recorded_nodes())
+    client = await client_for(aiohttp_client, extender)
+    both = ["t4-shared-1", "t4-shared-2"]
+    await client.post("/prioritize", json=pod_args(SHARED, 12, "first", both))
+    first = extender.state.assumed_node("uid-first")
+    assert first in both
+    await client.post("/prioritize", json=pod_args(SHARED, 12, "second", both))
+    assert extender.state.assumed_node("uid-second") == next(n for n in both if n != first)
+    nodes = (await (await client.get("/state")).json())["nodes"]
+    assert nodes["t4-shared-1"]["free"] == nodes["t4-shared-2"]["free"] == {SHARED: 4}
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+async def test_a_node_the_cache_does_not_know_is_never_assumed(aiohttp_client: Any, verb: str) -> None:
+    """An unknown name passes the filter (the scheduler checked it) but there is nothing to count it against."""
+    extender = extender_for(recorded_nodes())
+    client = await client_for(aiohttp_client, extender)
+    response = await client.post(f"/{verb}", json=pod_args(GPU, 4, "p", ["ghost"]))
+    assert response.status == 200
+    assert extender.state.assumed_count() == 0
+
+
+async def test_a_retried_pod_filling_a_node_keeps_it_and_no_other_pod_is_assumed_there(aiohttp_client: Any) -> None:
+    extender = extender_for(recorded_nodes())
+    client = await client_for(aiohttp_client, extender)
+    args = pod_args(GPU, 8, "whole", ["h100-spot-1"])
+    for _ in range(3):  # kube-scheduler asking again: the pod's own assumption is not counted against it
+        await client.post("/prioritize", json=args)
+        assert extender.state.assumed_node("uid-whole") == "h100-spot-1"
+    await client.post("/prioritize", json=pod_args(GPU, 1, "other", ["h100-spot-1"]))
+    assert extender.state.assumed_node("uid-other") is None
+    assert extender.state.assumed_count() == 1
+
+
+async def test_state_shows_bound_pods_above_allocatable_without_negative_free(aiohttp_client: Any) -> None:
+    """A device plugin that lowered allocatable under running pods: free is 0 and what is requested is shown."""
+    pods = [gpu_pod(SHARED, 10, name=f"bound-{i}") for i in range(2)]
+    for pod in pods:
+        pod["spec"]["nodeName"] = "t4-shared-1"
+    client = await client_for(aiohttp_client, extender_for(recorded_nodes(), pods))
+    t4 = (await (await client.get("/state")).json())["nodes"]["t4-shared-1"]
+    assert t4["allocatable"] == {SHARED: 16}
+    assert t4["free"] == {SHARED: 0} and t4["requested"] == {SHARED: 20}
+
+
 # 11. malformed pods ----------------------------------------------------------------------------------------
 def _set(document: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
     for key in path[:-1]:
