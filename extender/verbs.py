@@ -284,11 +284,18 @@ def decide(demand: PodDemand, args: ExtenderArgs, view: View) -> Decisions:
         for at in mine:
             cached[at] = None if kept is None else kept.score
     if any(map(is_, cached, repeat(None))):  # still no Python-level loop (`None in out` would call __eq__)
-        missing = [(i, r) for i, score in enumerate(cached) if score is None and (r := nodes.get(names[i])) is not None]
-        fresh = judge(demand, [snapshot(r, view, now, wall, pod) for _, r in missing], policy, view.book)
-        for (i, record), found in zip(missing, fresh, strict=True):
+        # Each node is decided once, however often it is named (kube-scheduler sends a set; a hand-made request
+        # may repeat one name up to MAX_CANDIDATES times).
+        positions: dict[str, list[int]] = {}
+        for i, score in enumerate(cached):
+            if score is None:
+                positions.setdefault(names[i], []).append(i)
+        missing = [r for name in positions if (r := nodes.get(name)) is not None]
+        fresh = judge(demand, [snapshot(r, view, now, wall, pod) for r in missing], policy, view.book)
+        for record, found in zip(missing, fresh, strict=True):
             name = cache.name(record.name)
-            cached[i] = found.score
+            for i in positions[record.name]:
+                cached[i] = found.score
             if name == own:
                 table.own[name] = (pod, found)
             else:  # the pod is not assumed here: the verdict holds for every pod of its shape

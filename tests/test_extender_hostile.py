@@ -5,14 +5,21 @@ harmlessly), with bounded work and memory, and never leaves the cache believing 
 from __future__ import annotations
 
 import io
+import logging
+import tracemalloc
 from typing import Any
 
 import orjson
 import pytest
 
 import extender.verbs as verbs
+from bench.extender.request_memory import realistic_node
 from extender.app import Extender, ExtenderSettings, make_app
+from extender.wire import MAX_CANDIDATES, MAX_DECODED_BYTES, decoded_bytes_bound, parse_args
+from tests.conftest import recorded_text
 from tests.extender_kit import (
+    EXTENDER_FIXTURES,
+    GO_FILTER_KEYS,
     extender_for,
     gpu_pod,
     recorded_args,
@@ -21,7 +28,6 @@ from tests.extender_kit import (
 )
 
 FILTER = "000-filter-llm-infer-7b-abc12.json"
-PRIORITIZE = "001-prioritize-llm-infer-7b-abc12.json"
 SHARED, GPU = "nvidia.com/gpu.shared", "nvidia.com/gpu"
 
 
@@ -132,6 +138,154 @@ async def test_state_shows_bound_pods_above_allocatable_without_negative_free(ai
     t4 = (await (await client.get("/state")).json())["nodes"]["t4-shared-1"]
     assert t4["allocatable"] == {SHARED: 16}
     assert t4["free"] == {SHARED: 0} and t4["requested"] == {SHARED: 20}
+
+
+# 7. huge requests ------------------------------------------------------------------------------------------
+def _names_body(names: list[str]) -> bytes:
+    args = recorded_args(FILTER)
+    args["NodeNames"] = names
+    return orjson.dumps(args)
+
+
+def _nodes_body(count: int) -> bytes:
+    args = recorded_args("100-filter-embed-shared-1.json")
+    node = args["Nodes"]["items"][0]
+    args["Nodes"]["items"] = [{**node, "metadata": {**node["metadata"], "name": f"n{i}"}} for i in range(count)]
+    return orjson.dumps(args)
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "field"),
+    [
+        ("100,000 copies of one name", _names_body(["a100-od-1"] * 100_000), "NodeNames has 100000 nodes"),
+        ("distinct names", _names_body([f"n{i}" for i in range(MAX_CANDIDATES + 1)]), "NodeNames has 15001 nodes"),
+        ("a NodeList", _nodes_body(MAX_CANDIDATES + 1), "Nodes.items has 15001 nodes"),
+    ],
+)
+async def test_more_candidates_than_the_cap_are_refused_in_band_before_any_decision(
+    aiohttp_client: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+    body: bytes,
+    field: str,
+) -> None:
+    decisions = count_decisions(monkeypatch)
+    client = await client_for(aiohttp_client, full_limits(extender_for(recorded_nodes())))
+    with caplog.at_level(logging.WARNING, logger="extender.app"):
+        filtered = await post(client, "filter", body)
+        prioritized = await post(client, "prioritize", body)
+    assert filtered.status == prioritized.status == 200, case
+    answer = await filtered.json()
+    assert set(answer) == GO_FILTER_KEYS
+    assert field in answer["Error"] and f"more than the {MAX_CANDIDATES}" in answer["Error"]
+    assert await prioritized.json() == []
+    assert decisions == []  # nothing was decided
+    warnings = [r for r in caplog.records if r.name == "extender.app"]
+    assert [r.levelname for r in warnings] == ["WARNING", "WARNING"] and tracebacks(caplog) == []
+    metrics = await (await client.get("/metrics")).text()
+    for verb in ("filter", "prioritize"):
+        assert f'gpupack_extender_bad_requests_total{{verb="{verb}"}} 1.0' in metrics
+
+
+async def test_100000_copies_of_one_name_cost_bounded_memory(aiohttp_client: Any) -> None:
+    """They took 2.2 s: each copy was decided again. Refused now, for little more than decoding them costs."""
+    client = await client_for(aiohttp_client, full_limits(extender_for(recorded_nodes())))
+    body = _names_body(["a100-od-1"] * 100_000)  # 1.2 MB
+    decoding = _peak(lambda: orjson.loads(body))  # orjson reserves about 16 bytes per byte of JSON meanwhile
+    tracemalloc.start()
+    try:
+        answer = await (await post(client, "filter", body)).json()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "more than the 15000" in answer["Error"]
+    assert peak < decoding + 4 * len(body)  # and the body's copies in the client and the server
+
+
+def _peak(work: Any) -> int:
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+async def test_copies_of_one_name_up_to_the_cap_are_decided_once(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decisions = count_decisions(monkeypatch)
+    client = await client_for(aiohttp_client, full_limits(extender_for(recorded_nodes())))
+    names = ["a100-od-1", "a100-od-2"] * (MAX_CANDIDATES // 2)
+    answer = await (await post(client, "filter", _names_body(names))).json()
+    assert answer["Error"] == "" and answer["NodeNames"] == names
+    assert decisions == [2]  # one decision per distinct node, whatever the copies
+    scores = await (await post(client, "prioritize", _names_body(names))).json()
+    assert len(scores) == len(names) and decisions == [2]  # then from the cache
+
+
+@pytest.mark.parametrize(
+    ("case", "body"),
+    [
+        ("NodeNames of one-character names", b'{"Pod":{},"NodeNames":[' + b'"a",' * 2_100_000 + b'"a"]}'),
+        (
+            "a NodeList of minimal nodes",
+            b'{"Pod":{},"Nodes":{"items":[' + b'{"metadata":{"name":"n"}},' * 700_000 + b'{"metadata":{"name":"n"}}]}}',
+        ),
+        ("a Pod field of empty objects", b'{"Pod":{"x":[' + b"{}," * 1_400_000 + b'{}]},"NodeNames":["a100-od-1"]}'),
+    ],
+)
+async def test_a_body_that_would_decode_past_the_memory_bound_is_refused_undecoded(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, case: str, body: bytes
+) -> None:
+    """A 57 MB body of 5 million names became 1.66 GB of objects; each of these would pass 384 MiB."""
+    decoded: list[int] = []
+    loads = orjson.loads
+    monkeypatch.setattr(orjson, "loads", lambda raw: decoded.append(len(raw)) or loads(raw))
+    client = await client_for(aiohttp_client, full_limits(extender_for(recorded_nodes())))
+    answer = await (await post(client, "filter", body)).json()
+    assert f"more than the {MAX_DECODED_BYTES} the extender allows one request" in answer["Error"], case
+    assert f"{len(body)}-byte body" in answer["Error"]
+    assert len(body) not in decoded  # refused before decoding
+    assert await (await post(client, "prioritize", body)).json() == []
+
+
+def _shapes() -> list[tuple[str, bytes]]:
+    chain = b'{"a":' * 100 + b'"x"' + b"}" * 100
+    return [
+        ("nested one-key objects", b"[" + b",".join([chain] * 300) + b"]"),
+        ("empty objects", b"[" + b",".join([b"{}"] * 100_000) + b"]"),
+        ("one-character strings", b"[" + b",".join([b'"a"'] * 100_000) + b"]"),
+        ("numbers", b"[" + b",".join([b"123456", b"1.5e3"] * 50_000) + b"]"),
+        ("distinct keys", b"{" + b",".join(b'"k%d":[0]' % i for i in range(100_000)) + b"}"),
+        ("an emoji", '"😀'.encode() + b"a" * 500_000 + b'"'),
+        ("an escaped emoji", b'["\\ud83d\\ude00' + b"a" * 500_000 + b'"]'),
+        ("realistic nodes", b"[" + b",".join(orjson.dumps(realistic_node(i)) for i in range(200)) + b"]"),
+        *[(path.name, recorded_text(path).encode()) for path in EXTENDER_FIXTURES],
+    ]
+
+
+@pytest.mark.parametrize(("case", "raw"), _shapes(), ids=[s[0] for s in _shapes()])
+def test_the_estimate_bounds_what_decoding_allocates(case: str, raw: bytes) -> None:
+    tracemalloc.start()
+    try:
+        decoded = orjson.loads(raw)
+        allocated = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert decoded is not None
+    assert allocated <= decoded_bytes_bound(raw), case
+
+
+def test_what_a_scheduler_sends_fits_the_limits() -> None:
+    """500 names (the benchmark's requests), and a full NodeList of 5,000 realistic Node objects (25 MB)."""
+    names = [f"gpu-node-{i:05d}.ec2.internal" for i in range(500)]
+    assert parse_args(_names_body(names)).names == names
+    nodes = [realistic_node(i) for i in range(5000)]
+    body = orjson.dumps({"Pod": recorded_args(FILTER)["Pod"], "NodeNames": None, "Nodes": {"items": nodes}})
+    assert decoded_bytes_bound(body) < MAX_DECODED_BYTES
+    assert len(parse_args(body).names) == 5000
 
 
 # 11. malformed pods ----------------------------------------------------------------------------------------
