@@ -188,6 +188,16 @@ async def test_more_candidates_than_the_cap_are_refused_in_band_before_any_decis
         assert f'gpupack_extender_bad_requests_total{{verb="{verb}"}} 1.0' in metrics
 
 
+def _peak(work: Any) -> int:
+    """The most memory (tracemalloc) allocated at once while `work()` runs."""
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 async def test_100000_copies_of_one_name_cost_bounded_memory(aiohttp_client: Any) -> None:
     """They took 2.2 s: each copy was decided again. Refused now, for little more than decoding them costs."""
     client = await client_for(aiohttp_client, full_limits(extender_for(recorded_nodes())))
@@ -201,15 +211,6 @@ async def test_100000_copies_of_one_name_cost_bounded_memory(aiohttp_client: Any
         tracemalloc.stop()
     assert "more than the 15000" in answer["Error"]
     assert peak < decoding + 4 * len(body)  # and the body's copies in the client and the server
-
-
-def _peak(work: Any) -> int:
-    tracemalloc.start()
-    try:
-        work()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 async def test_copies_of_one_name_up_to_the_cap_are_decided_once(
@@ -239,7 +240,7 @@ async def test_copies_of_one_name_up_to_the_cap_are_decided_once(
 async def test_a_body_that_would_decode_past_the_memory_bound_is_refused_undecoded(
     aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch, case: str, body: bytes
 ) -> None:
-    """A 57 MB body of 5 million names became 1.66 GB of objects; each of these would pass 384 MiB."""
+    """A 57 MB body of 5 million names became 1.66 GB of objects; each of these would decode past 384 MiB."""
     decoded: list[int] = []
     loads = orjson.loads
     monkeypatch.setattr(orjson, "loads", lambda raw: decoded.append(len(raw)) or loads(raw))
@@ -268,6 +269,7 @@ def _shapes() -> list[tuple[str, bytes]]:
 
 @pytest.mark.parametrize(("case", "raw"), _shapes(), ids=[s[0] for s in _shapes()])
 def test_the_estimate_bounds_what_decoding_allocates(case: str, raw: bytes) -> None:
+    """The objects decoded, still alive after `orjson.loads` returns, never take more than the estimate."""
     tracemalloc.start()
     try:
         decoded = orjson.loads(raw)
