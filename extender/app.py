@@ -24,7 +24,15 @@ from extender.metrics import ExtenderMetrics
 from extender.state import ClusterState
 from extender.typical import ShapeBook
 from extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
-from extender.wire import ArgsError, ExtenderArgs, filter_result, parse_args, priority_list
+from extender.wire import (
+    MAX_CANDIDATES,
+    MAX_DECODED_BYTES,
+    ArgsError,
+    ExtenderArgs,
+    filter_result,
+    parse_args,
+    priority_list,
+)
 from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyError, add_standard_routes, read_body
 
@@ -40,6 +48,10 @@ class ExtenderSettings:
     max_body_bytes: int = MAX_BODY_BYTES
     body_timeout: float = 5.0
     """kube-scheduler's default httpTimeout: a body slower than this is useless anyway."""
+    max_candidates: int = MAX_CANDIDATES
+    """Candidate nodes per request (`extender.wire.MAX_CANDIDATES`)."""
+    max_decoded_bytes: int = MAX_DECODED_BYTES
+    """Decoded objects per body, estimated before decoding (`extender.wire.MAX_DECODED_BYTES`)."""
 
 
 RECOUNT_SECONDS = 60.0
@@ -77,7 +89,7 @@ _BAD_INPUT = (ArgsError, DemandError, BodyError)
 
 async def _args(request: web.Request, extender: Extender) -> ExtenderArgs:
     raw = await read_body(request, extender.settings.body_timeout, extender.settings.max_body_bytes)
-    return parse_args(raw)
+    return parse_args(raw, extender.settings.max_candidates, extender.settings.max_decoded_bytes)
 
 
 def _json(body: bytes) -> web.Response:

@@ -69,15 +69,57 @@ def _amount(resource: str, value: Any, where: str) -> int:
     return int(quantity * 1000) if resource == CPU else int(quantity)
 
 
+_JSON_TYPES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+}
+_NO_FIELDS: Mapping[str, Any] = {}
+_OBJECT = (dict, type(None))
+_ARRAY = (list, type(None))
+"""What an optional object or array field may be (tuples: `isinstance` with `dict | None` builds a union per call)."""
+_METADATA_TYPES = (("labels", _OBJECT), ("annotations", _OBJECT), ("ownerReferences", _ARRAY))
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _wrong_type(where: str, expected: str, value: Any) -> DemandError:
+    return DemandError(f"{where} must be {expected}, not {_json_type(value)}")
+
+
+def _object(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """`parent[key]` when it is an object, an empty one when absent or null. Any other type raises DemandError
+    naming `where`, an empty array or string included: `parent.get(key) or {}` read `spec: []` or
+    `resources: []` as nothing requested, a CPU-only pod, where kube-scheduler's decoder refuses the pod."""
+    value = parent.get(key)
+    if value is None:
+        return _NO_FIELDS
+    if not isinstance(value, dict):
+        raise _wrong_type(where, "an object", value)
+    return value
+
+
+def _array(parent: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    """`parent[key]` when it is an array, an empty one when absent or null; DemandError for any other type."""
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _wrong_type(where, "a list", value)
+    return value
+
+
 def container_requests(container: Mapping[str, Any], shared_resource: str, where: str) -> dict[str, int]:
-    """CPU, memory and GPU requests of one container (GPU limits count when requests omit them)."""
-    resources = container.get("resources") or {}
-    if not isinstance(resources, dict):
-        raise DemandError(f"{where}.resources must be an object")
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
-    if not isinstance(requests, dict) or not isinstance(limits, dict):
-        raise DemandError(f"{where}.resources.requests and .limits must be objects")
+    """CPU, memory and GPU requests of one container (GPU limits count when requests omit them). Raises
+    DemandError naming the field of the wrong type or the unreadable quantity."""
+    resources = _object(container, "resources", f"{where}.resources")
+    requests = _object(resources, "requests", f"{where}.resources.requests")
+    limits = _object(resources, "limits", f"{where}.resources.limits")
     out: dict[str, int] = {}
     for resource in {*requests, *limits}:
         gpu = contract.is_gpu_resource(resource, shared_resource)
@@ -92,22 +134,22 @@ def container_requests(container: Mapping[str, Any], shared_resource: str, where
 
 
 def pod_requests(spec: Mapping[str, Any], shared_resource: str = contract.RESOURCE_GPU_SHARED) -> dict[str, int]:
-    """The effective requests of a pod spec: max(sum of app containers, largest init container) per resource."""
+    """The effective requests of a pod spec: max(sum of app containers, largest init container) per resource.
+    Raises DemandError naming the field when a part has the wrong type (a container that is not an object
+    included) or a quantity cannot be read."""
     total: dict[str, int] = {}
-    containers = spec.get("containers") or []
-    if not isinstance(containers, list):
-        raise DemandError("spec.containers must be a list")
-    for i, container in enumerate(containers):
-        if isinstance(container, dict):
-            for resource, n in container_requests(container, shared_resource, f"spec.containers[{i}]").items():
-                total[resource] = total.get(resource, 0) + n
-    init_containers = spec.get("initContainers") or []
-    if not isinstance(init_containers, list):
-        raise DemandError("spec.initContainers must be a list")
-    for i, container in enumerate(init_containers):
-        if isinstance(container, dict):
-            for resource, n in container_requests(container, shared_resource, f"spec.initContainers[{i}]").items():
-                total[resource] = max(total.get(resource, 0), n)
+    for i, container in enumerate(_array(spec, "containers", "spec.containers")):
+        where = f"spec.containers[{i}]"
+        if not isinstance(container, dict):
+            raise _wrong_type(where, "an object", container)
+        for resource, n in container_requests(container, shared_resource, where).items():
+            total[resource] = total.get(resource, 0) + n
+    for i, container in enumerate(_array(spec, "initContainers", "spec.initContainers")):
+        where = f"spec.initContainers[{i}]"
+        if not isinstance(container, dict):
+            raise _wrong_type(where, "an object", container)
+        for resource, n in container_requests(container, shared_resource, where).items():
+            total[resource] = max(total.get(resource, 0), n)
     return total
 
 
@@ -119,14 +161,21 @@ class RequestsCache:
         self._size = size
         self._cache: dict[bytes, Requests] = {}
 
-    def requests(self, spec: dict[str, Any], shared_resource: str) -> Requests:
-        """`pod_requests(spec)` as a tuple. Raises DemandError as it does (errors are not cached)."""
+    def requests(self, spec: Mapping[str, Any], shared_resource: str) -> Requests:
+        """`pod_requests(spec)` as a tuple. Raises DemandError as it does (errors are not cached).
+
+        The key keeps each value's JSON type (`resources: []` is not `resources: {}`), so a shape is first read
+        by `pod_requests`, which refuses wrong types; `containers` themselves must be lists here, or `{}` and
+        `""` would share the key of a pod without containers."""
+        containers, init_containers = spec.get("containers"), spec.get("initContainers")
+        if not isinstance(containers, _ARRAY) or not isinstance(init_containers, _ARRAY):
+            return tuple(pod_requests(spec, shared_resource).items())  # raises, naming the field
         try:
             key = orjson.dumps(
                 (
                     shared_resource,
-                    [c.get("resources") for c in spec.get("containers") or ()],
-                    [c.get("resources") for c in spec.get("initContainers") or ()],
+                    [c.get("resources") for c in containers or ()],
+                    [c.get("resources") for c in init_containers or ()],
                 )
             )
         except (TypeError, AttributeError):  # not the shape of a pod spec: let pod_requests say why
@@ -162,15 +211,17 @@ def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | Non
     """The demand of a Pod object (as JSON). Raises DemandError naming the field that cannot be read.
 
     With `cache`, requests are parsed once per shape of the containers' resources (a Deployment's replicas)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    if not isinstance(meta, dict) or not isinstance(spec, dict):
-        raise DemandError("Pod.metadata and Pod.spec must be objects")
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    owners = meta.get("ownerReferences") or []
-    if not isinstance(labels, dict) or not isinstance(annotations, dict) or not isinstance(owners, list):
-        raise DemandError("Pod.metadata.labels and .annotations must be objects, .ownerReferences a list")
+    meta = _object(pod, "metadata", "Pod.metadata")
+    spec = _object(pod, "spec", "Pod.spec")
+    labels, annotations, owners = meta.get("labels"), meta.get("annotations"), meta.get("ownerReferences")
+    if not isinstance(labels, _OBJECT) or not isinstance(annotations, _OBJECT) or not isinstance(owners, _ARRAY):
+        wrong = next(f for f, ok in _METADATA_TYPES if not isinstance(meta.get(f), ok))
+        raise DemandError(  # names the field (the first sentence is what callers have matched on)
+            "Pod.metadata.labels and .annotations must be objects, .ownerReferences a list: "
+            f".{wrong} is {_json_type(meta[wrong])}"
+        )
+    labels = labels or _NO_FIELDS
+    annotations = annotations or _NO_FIELDS
     shared = policy.time_slicing.resource_name
     requests = dict(cache.requests(spec, shared)) if cache is not None else pod_requests(spec, shared)
     gpus = [(r, n) for r, n in requests.items() if n > 0 and contract.is_gpu_resource(r, shared)]

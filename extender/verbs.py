@@ -4,8 +4,11 @@ Nodes come from the request when the scheduler sends them in full (its view wins
 Autoscaler simulates), else from the watch cache. A name the cache does not know (a node added since the
 last event) passes the filter and scores 0: the scheduler has already checked that the pod fits there.
 
-After ranking, the best node is assumed for the pod (see `extender.state`); when the filter leaves exactly one
-node, kube-scheduler does not call prioritize, so the filter assumes that node itself.
+After ranking, the best node where the pod fits is assumed for the pod (see `extender.state`); when the filter
+leaves exactly one node, kube-scheduler does not call prioritize, so the filter assumes that node itself. An
+assumption reserves capacity for `assumeSeconds`, so it is made only on a node the cache knows and where every
+GPU resource the pod asks for is free, counting the other pods' assumptions (`assumable`): a request naming a
+node the pod does not fit would otherwise reserve what is not there and crowd real pods out.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from extender.demand import PodDemand
 from extender.filter import Rejection, reject
-from extender.inventory import NodeRecord, node_from_json
+from extender.inventory import CPU, MEMORY, NodeRecord, node_from_json
 from extender.live import LiveMetrics
 from extender.score import priorities, scores
 from extender.snapshot import NodeSnapshot
@@ -281,11 +284,18 @@ def decide(demand: PodDemand, args: ExtenderArgs, view: View) -> Decisions:
         for at in mine:
             cached[at] = None if kept is None else kept.score
     if any(map(is_, cached, repeat(None))):  # still no Python-level loop (`None in out` would call __eq__)
-        missing = [(i, r) for i, score in enumerate(cached) if score is None and (r := nodes.get(names[i])) is not None]
-        fresh = judge(demand, [snapshot(r, view, now, wall, pod) for _, r in missing], policy, view.book)
-        for (i, record), found in zip(missing, fresh, strict=True):
+        # Each node is decided once, however often it is named (kube-scheduler sends a set; a hand-made request
+        # may repeat one name up to MAX_CANDIDATES times).
+        positions: dict[str, list[int]] = {}
+        for i, score in enumerate(cached):
+            if score is None:
+                positions.setdefault(names[i], []).append(i)
+        missing = [r for name in positions if (r := nodes.get(name)) is not None]
+        fresh = judge(demand, [snapshot(r, view, now, wall, pod) for r in missing], policy, view.book)
+        for record, found in zip(missing, fresh, strict=True):
             name = cache.name(record.name)
-            cached[i] = found.score
+            for i in positions[record.name]:
+                cached[i] = found.score
             if name == own:
                 table.own[name] = (pod, found)
             else:  # the pod is not assumed here: the verdict holds for every pod of its shape
@@ -329,24 +339,69 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
 
 def _assumed_if_alone(demand: PodDemand, outcome: FilterOutcome, view: View) -> FilterOutcome:
     if len(outcome.passed) == 1 and demand.gpu_resource is not None:
-        _assume(demand, outcome.passed[0], view, time.monotonic())
+        now = time.monotonic()
+        if assumable(demand, outcome.passed[0], view, now):  # it passed, but may be a node the cache does not know
+            _assume(demand, outcome.passed[0], view, now)
     return outcome
 
 
+def assumable(demand: PodDemand, name: str, view: View, now: float) -> bool:
+    """Whether `demand`'s pod may be assumed on node `name`: the cache knows the node, and each GPU resource the
+    pod asks for has that many units free there, counting bound pods and every assumption but the pod's own (a
+    retried pod is never crowded out of its own node). Only GPU resources: the extender filters on no other.
+
+    Every resource is checked, not only the one the filter reads (`PodDemand.gpu_resource`), so that no
+    assumption ever takes a node's usage of any GPU resource above its allocatable."""
+    record = view.state.nodes.get(name)
+    if record is None:
+        return False
+    state, allocatable = view.state, record.allocatable
+    used = state.used(name, now, state.assumed_on(name, now, demand.key))
+    return all(
+        n <= allocatable.get(r, 0) - used.get(r, 0) or n == 0
+        for r, n in demand.requests.items()
+        if r != CPU and r != MEMORY
+    )
+
+
 def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[int]:
-    """Score each candidate 0..10, in the order of `args.names`, and assume the pod on the best one (the first of
-    equals, or the node it is already assumed on when that is one of them)."""
+    """Score each candidate 0..10, in the order of `args.names`, and assume the pod on the best one where it fits
+    (see `assume_target`)."""
     decided = decide(demand, args, view)
-    names = decided.names
     values = priorities(decided.scores, view.policy)
     if values and demand.gpu_resource is not None:
-        best = max(values)
-        target = names[values.index(best)]
-        already = view.state.assumed_node(demand.key)  # a retry keeps its node among equals: no decision is voided
-        if already is not None and already != target and already in names and values[names.index(already)] == best:
-            target = already
-        _assume(demand, target, view, time.monotonic())
+        now = time.monotonic()
+        target = assume_target(demand, decided, values, view, now)
+        if target is not None:
+            _assume(demand, target, view, now)
     return values
+
+
+def assume_target(demand: PodDemand, decided: Decisions, values: list[int], view: View, now: float) -> str | None:
+    """The node to assume the pod on after prioritize: the best-ranked candidate that is not filtered out for it
+    and where it is `assumable` (the first of equals, or the node it is already assumed on when that is one of
+    them: a retry keeps its node and voids no decision); None when there is no such candidate.
+
+    kube-scheduler sends only nodes that passed the filter, so the first node tried is the usual answer; the
+    others are tried, best first, only for a request naming nodes the pod was filtered out of, or that filled up
+    since (a try costs a dict lookup, plus reading the node's assumptions when the pod is not filtered out)."""
+    names, rejections = decided.names, decided.rejections
+
+    def fits(name: str) -> bool:
+        return rejections.get(name) is None and assumable(demand, name, view, now)
+
+    best = max(values)
+    first = names[values.index(best)]
+    already = view.state.assumed_node(demand.key)
+    if already is not None and already != first and already in names and values[names.index(already)] == best:
+        if fits(already):
+            return already
+    if fits(first):
+        return first
+    for i in sorted(range(len(names)), key=values.__getitem__, reverse=True):  # stable: the first of equals first
+        if fits(names[i]):
+            return names[i]
+    return None
 
 
 def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:
@@ -355,7 +410,12 @@ def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:
 
 
 def describe_state(view: View, now: float | None = None) -> dict[str, Any]:
-    """What the extender believes about each node, for `GET /state`."""
+    """What the extender believes about each node, for `GET /state`.
+
+    `free` is allocatable minus what bound pods and live assumptions request, never below 0; `requested` is that
+    request per GPU resource, including resources the node no longer offers. Assumptions never take a node past
+    its allocatable (`assumable`), but bound pods can: a device plugin that lowered allocatable under running
+    pods shows as `requested` above `allocatable` with `free` 0, rather than as a negative count."""
     mono, wall = time.monotonic(), now or time.time()
     max_age = view.policy.extender.metrics.max_age_seconds
     nodes: dict[str, Any] = {}
@@ -367,8 +427,9 @@ def describe_state(view: View, now: float | None = None) -> dict[str, Any]:
             "product": record.product,
             "gpus": record.gpu_count,
             "spot": record.spot,
-            "free": {r: record.allocatable[r] - used.get(r, 0) for r in record.gpu_resources},
+            "free": {r: max(record.allocatable[r] - used.get(r, 0), 0) for r in record.gpu_resources},
             "allocatable": {r: record.allocatable[r] for r in record.gpu_resources},
+            "requested": {r: n for r, n in used.items() if n and r != CPU and r != MEMORY},
             "gpuUsed": round(NodeSnapshot(record, used).gpu_used, 3),
             "utilization": {
                 index: {
