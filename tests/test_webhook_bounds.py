@@ -4,6 +4,7 @@ and the GPU container chosen sensibly."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 from typing import Any
 
@@ -125,3 +126,30 @@ def test_the_gpu_annotation_may_name_a_sidecar() -> None:
     decision = plan(pod, "team-a", context())
     assert decision.allowed
     assert any(op["path"].startswith("/spec/initContainers/0/resources") and "mig" in str(op) for op in decision.ops)
+
+
+async def test_large_reviews_are_taken_one_at_a_time_and_small_ones_pass_them(aiohttp_client: Any) -> None:
+    """A 3 MiB review decodes to 25-95 MB of objects: two at once would take the webhook past its 256 Mi limit.
+    While one is being handled, the next waits (here: the test holds the turn), and small reviews go on."""
+    from webhook.app import STATE, WebhookSettings
+
+    app = make_app(
+        PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry(), WebhookSettings(body_timeout=0.5)
+    )
+    client = await aiohttp_client(app)
+    large = orjson.dumps(largest(SHAPES["containers"][0], LABELLED))
+    small = orjson.dumps(admission_review(make_pod(dict(LABELLED))))
+    turn = app[STATE].large
+    await turn.acquire()
+    waiting = asyncio.create_task(client.post("/mutate", data=io.BytesIO(large)))
+    await asyncio.sleep(0.1)
+    passing = await client.post("/mutate", data=small)
+    assert passing.status == 200 and not waiting.done()
+    turn.release()
+    answered = await waiting
+    assert answered.status == 200 and (await answered.json())["response"]["allowed"] is False
+
+    await turn.acquire()  # held for longer than the body timeout: the waiting review is told to come back
+    refused = await client.post("/mutate", data=io.BytesIO(large))
+    turn.release()
+    assert refused.status == 503 and "another large admission review" in await refused.text()

@@ -59,6 +59,8 @@ class WebhookState:
     lease: LeaseCache
     """The gpupack scheduler's Lease (read in the background): whether GPU pods may be sent to it."""
     unrouted: UnroutedLog = field(default_factory=UnroutedLog)
+    large: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    """Held while a large review is read, decoded, planned and freed: one at a time (see `_handle_large`)."""
 
 
 STATE: web.AppKey[WebhookState] = web.AppKey("webhook_state")
@@ -89,26 +91,52 @@ def _record(state: WebhookState, decision: Decision, dry_run: bool, req: Admissi
 async def _handle(request: web.Request, namespace_opted_in: bool) -> web.Response:
     state = request.app[STATE]
     started = time.perf_counter()
+    declared = request.content_length
+    if declared is None or declared >= LARGE_BODY:
+        return await _handle_large(request, state, namespace_opted_in, started)
     try:
         body = await read_body(request, state.settings.body_timeout, state.settings.max_body_bytes)
     except BodyError as exc:
         return _problem(state, exc.status, exc.reason, str(exc))
-    if len(body) < LARGE_BODY:
+    try:
+        return _respond(state, parse_review(body), namespace_opted_in, started)
+    except BadReview as exc:
+        return _problem(state, 400, "not_admission_review", str(exc))
+
+
+async def _handle_large(
+    request: web.Request, state: WebhookState, namespace_opted_in: bool, started: float
+) -> web.Response:
+    """A review of LARGE_BODY or more, or of unknown length (the API server's are a few KiB and say theirs).
+
+    Memory: a 3 MiB review decodes to 25-95 MB of objects, so two at once would take the webhook past its
+    256 Mi limit. One is read, decoded, planned and freed at a time; the others wait (their unread bodies held
+    to aiohttp's 128 KiB read-ahead), for at most the body timeout, then get 503. Latency: it is decoded, then the
+    event loop turns before it is planned and freed, so no single stretch holds up small admissions for all of it.
+    """
+    try:
+        async with asyncio.timeout(state.settings.body_timeout):
+            await state.large.acquire()
+    except TimeoutError:
+        message = "another large admission review is being processed; try again"
+        return _problem(state, 503, "busy", message)
+    try:
         try:
-            return _respond(state, parse_review(body), namespace_opted_in, started)
-        except BadReview as exc:
-            return _problem(state, 400, "not_admission_review", str(exc))
-    # A large review (a hostile one: the API server's are a few KiB) is decoded, then the event loop turns
-    # before it is planned and freed, so no single stretch holds up other admissions for the whole of it.
-    with PAUSED_GC:
-        try:
-            review = parse_review(body)
-        except BadReview as exc:
-            return _problem(state, 400, "not_admission_review", str(exc))
-        await asyncio.sleep(0)
-        response = _respond(state, review, namespace_opted_in, started)
-        del review
-    return response
+            body = await read_body(request, state.settings.body_timeout, state.settings.max_body_bytes)
+        except BodyError as exc:
+            return _problem(state, exc.status, exc.reason, str(exc))
+        with PAUSED_GC:
+            try:
+                review = parse_review(body)
+            except BadReview as exc:
+                return _problem(state, 400, "not_admission_review", str(exc))
+            del body
+            await asyncio.sleep(0)
+            response = _respond(state, review, namespace_opted_in, started)
+            del review
+        return response
+    finally:
+        state.large.release()
 
 
 def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: bool, started: float) -> web.Response:
