@@ -122,14 +122,15 @@ def ca_bundle(ca_cert_pem: bytes) -> str:
     return base64.b64encode(ca_cert_pem).decode()
 
 
-def write_pair(directory: Path, ca: KeyPair, serving: KeyPair) -> None:
-    """Write `ca.crt`, `ca.key`, `tls.crt`, `tls.key` (a kubernetes.io/tls Secret's names); private keys 0600."""
+def write_pair(directory: Path, ca: KeyPair, serving: KeyPair, prefix: str = "tls") -> None:
+    """Write `ca.crt`, `ca.key`, `<prefix>.crt`, `<prefix>.key` (with `tls`, a kubernetes.io/tls Secret's names);
+    private keys 0600."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, data, mode in (
         ("ca.crt", ca.cert_pem, 0o644),
         ("ca.key", ca.key_pem, 0o600),
-        ("tls.crt", serving.cert_pem, 0o644),
-        ("tls.key", serving.key_pem, 0o600),
+        (f"{prefix}.crt", serving.cert_pem, 0o644),
+        (f"{prefix}.key", serving.key_pem, 0o600),
     ):
         path = directory / name
         tmp = path.with_suffix(path.suffix + ".tmp")

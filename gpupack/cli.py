@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
 from certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
 from gpupack import logs
 from gpupack.argtypes import dns_name, port, positive_float, positive_int
@@ -179,6 +181,13 @@ def _parser() -> argparse.ArgumentParser:
     certs.add_argument("--namespace", default="gpupack-system", help="namespace of --service")
     certs.add_argument("--days", type=positive_int, default=365, help="validity of the serving certificate")
     certs.add_argument("--new-ca", action="store_true", help="issue a new CA even if --out has one")
+    certs.add_argument(
+        "--client",
+        type=dns_name,
+        metavar="NAME",
+        help="also write client.crt and client.key, a client certificate for NAME from the same CA (what "
+        "kube-scheduler presents to an extender started with --client-ca-file)",
+    )
 
     demo = sub.add_parser(
         "demo",
@@ -304,6 +313,9 @@ def _cmd_certs(args: argparse.Namespace) -> int:
         ca = issue_ca()
     serving = issue_serving_cert(ca, dns, list(args.ip), days=args.days)
     write_pair(args.out, ca, serving)
+    if args.client:
+        client = issue_serving_cert(ca, [args.client], [], days=args.days, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+        write_pair(args.out, ca, client, prefix="client")
     print(ca_bundle(ca.cert_pem))
     return 0
 

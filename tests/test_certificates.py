@@ -202,3 +202,28 @@ async def test_off_loopback_only_a_client_with_a_certificate_from_the_ca_may_cal
                 await call(directory)
     finally:
         await serving.stop()
+
+
+async def test_gpupack_certs_issues_the_client_certificate_kube_scheduler_presents(tmp_path: Path) -> None:
+    """The README's way to run the extender off loopback: one `gpupack certs` call, both sides from one CA."""
+    from extender.app import make_app
+    from tests.extender_kit import extender_for, recorded_args, recorded_nodes, registry
+
+    assert main(["certs", "--out", str(tmp_path), "--ip", "127.0.0.1", "--client", "gpupack-scheduler"]) == 0
+    options = ServeOptions(
+        "127.0.0.1", 0, tmp_path / "tls.crt", tmp_path / "tls.key", client_ca_file=tmp_path / "ca.crt"
+    )
+    serving = await start_server(make_app(extender_for(recorded_nodes()), registry()), options)
+    try:
+        context = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        context.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session,
+            session.post(
+                f"https://127.0.0.1:{serving.port}/filter", json=recorded_args("000-filter-llm-infer-7b-abc12.json")
+            ) as response,
+        ):
+            assert response.status == 200 and (await response.json())["NodeNames"]
+    finally:
+        await serving.stop()
+    assert (tmp_path / "client.key").stat().st_mode & 0o777 == 0o600
