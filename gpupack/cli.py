@@ -26,6 +26,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 from certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
 from gpupack import logs
 from gpupack.argtypes import dns_name, port, positive_float, positive_int
+from gpupack.connections import DEFAULT_LIMIT
 from gpupack.policy import PolicyError
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ def _listener_flags(parser: argparse.ArgumentParser, host: str, default_port: in
     parser.add_argument(
         "--max-connections",
         type=positive_int,
-        default=256,
-        help="connections held per listener; at the limit a new one replaces the longest-idle one (default 256)",
+        default=DEFAULT_LIMIT,
+        help="connections held per listener; at the limit a new one replaces the one silent longest, never one with "
+        f"a request in progress (default {DEFAULT_LIMIT})",
     )
     parser.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
 

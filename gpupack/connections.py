@@ -9,10 +9,12 @@ they closed. Three things caused it, and each has its answer here:
   before any byte arrives. `GuardedTLS` reads in 16 KiB, the size of one TLS record's payload (1,000 idle TLS
   connections: +40 MB instead of +275 MB).
 - Nothing bounded the connections held. `ConnectionGuard` keeps at most `limit` per listener. At the limit a
-  new connection closes the connection that has gone longest without a request in progress, preferring one that
-  never sent a request. A connection idle in a handshake or between keep-alive requests costs its client a
-  reconnect (the API server retries a request whose idle connection was closed), while a flood of idle
-  connections only evicts its own. Only when every held connection is busy is the new one refused.
+  new connection closes, among those with no request in progress, the one that has sent nothing for longest,
+  preferring one that never sent a request. Closing a connection idle in a handshake or between keep-alive
+  requests costs its client a reconnect (the API server retries a request whose idle connection was closed);
+  a request in flight is never cut. Only when every held connection is busy is the new one refused. Without
+  authentication no rule can tell a hostile idle connection from a client's: what the bound guarantees is the
+  memory, and that a new connection (the API server's next request) is always served.
 - glibc keeps freed memory in its heap. When enough connections have closed, `trim_memory` asks it to give the
   free pages back (`malloc_trim`), at most every few seconds (1,000 TLS connections closed: back to within
   5 MB of the start, instead of none of it).
@@ -94,7 +96,11 @@ def _served(handler: Any) -> bool:
 
 
 class ConnectionGuard:
-    """The connections of one listener, oldest first; `admit` makes room at the limit or refuses."""
+    """The connections of one listener, least recently active first; `admit` makes room at the limit or refuses.
+
+    A connection moves to the end whenever bytes arrive on it (`touch`), so at the limit the one evicted is the
+    one that has gone longest without sending anything, among those with no request in progress.
+    """
 
     def __init__(self, limit: int, listener: str, metrics: ConnectionMetrics | None = None) -> None:
         if limit < 1:
@@ -109,8 +115,15 @@ class ConnectionGuard:
     def __len__(self) -> int:
         return len(self._held)
 
+    def touch(self, key: object) -> None:
+        """Bytes arrived on connection `key`: it is now the most recently active (a dict re-insert, O(1))."""
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._held[key] = held
+
     def _victim(self) -> object | None:
-        """The idle connection to close: one that never sent a request, else the oldest idle one."""
+        """The idle connection to close: the least recently active one that never sent a request, else the least
+        recently active idle one."""
         oldest_idle: object | None = None
         for key, held in self._held.items():
             if _busy(held.handler):
@@ -131,7 +144,8 @@ class ConnectionGuard:
                 log.warning("connection refused: all %d connections are busy", self.limit)
                 return False
             evicted = self._held.pop(victim)
-            _abort(evicted.transport)  # its protocol's connection_lost follows and calls release()
+            self.closed += 1
+            _abort(evicted.transport)  # its protocol's connection_lost follows; release() then finds nothing
             if self._metrics is not None:
                 self._metrics.evicted.labels(self.listener).inc()
         self._held[key] = _Held(transport, handler)
@@ -201,6 +215,10 @@ class GuardedTLS(_Guarded, sslproto.SSLProtocol):
         if self._admit(transport):
             super().connection_made(transport)
 
+    def buffer_updated(self, nbytes: int) -> None:
+        self._guard.touch(self)
+        super().buffer_updated(nbytes)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._release():
             super().connection_lost(exc)
@@ -218,6 +236,7 @@ class GuardedPlain(_Guarded, asyncio.Protocol):
             self._handler.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        self._guard.touch(self)
         self._handler.data_received(data)
 
     def eof_received(self) -> bool | None:

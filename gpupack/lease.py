@@ -57,12 +57,25 @@ NO_API = SchedulerStatus(False, "unreadable", "no API access to read the lease")
 
 
 @dataclass(frozen=True, slots=True)
+class Renewal:
+    """What a Lease with a holder says: who, when it was last renewed (the scheduler's clock) and for how long."""
+
+    holder: str
+    renewed: float
+    """`renewTime`, seconds since the epoch."""
+    duration: int
+    """`leaseDurationSeconds`."""
+
+
+@dataclass(frozen=True, slots=True)
 class Held:
-    """A Lease with a holder: who, and when its hold ends unless renewed (seconds since the epoch)."""
+    """A hold as the webhook judges it: who, and when it ends unless renewed, on the webhook's own clock."""
 
     holder: str
     expires_at: float
-    """`renewTime + leaseDurationSeconds`: the moment a standby may take the Lease over."""
+    """Seconds since the epoch, webhook clock: when a standby may take the Lease over (see `observe`)."""
+    renewed: float = 0.0
+    """The `renewTime` it was judged from, to tell a renewal from the same one read again."""
 
 
 class InvalidLease(ValueError):
@@ -87,8 +100,9 @@ def _timestamp(value: Any, where: str) -> float:
         raise InvalidLease(f"{where} {_show(value)} is not a time") from exc
 
 
-def read_held(raw: Any) -> Held | None:
-    """Who holds a Lease (its JSON) and until when; None when nobody does (no spec, an empty holderIdentity).
+def read_held(raw: Any) -> Renewal | None:
+    """Who holds a Lease (its JSON), since when and for how long; None when nobody does (no spec, an empty
+    holderIdentity).
 
     Raises InvalidLease naming the field when a holder is set but the times cannot be used.
     """
@@ -107,7 +121,7 @@ def read_held(raw: Any) -> Held | None:
     duration = spec.get("leaseDurationSeconds")
     if isinstance(duration, bool) or not isinstance(duration, int) or not 0 < duration <= INT32_MAX:
         raise InvalidLease(f"spec.leaseDurationSeconds {_show(duration)} is not a positive number of seconds")
-    return Held(holder, _timestamp(spec.get("renewTime"), "spec.renewTime") + duration)
+    return Renewal(holder, _timestamp(spec.get("renewTime"), "spec.renewTime"), duration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +138,7 @@ class Observation:
     otherwise: SchedulerStatus | None
 
     def status(self, now: float, grace: float) -> SchedulerStatus:
-        """Live while `now <= renewTime + leaseDurationSeconds + grace`; else why not."""
+        """Live while `now` is at most `grace` past the hold's end (see `observe`); else why not."""
         held = self.held
         if held is not None and now <= held.expires_at + grace:
             return LIVE
@@ -133,18 +147,34 @@ class Observation:
         return SchedulerStatus(False, "expired", f"lease expired {now - held.expires_at:.0f}s ago")
 
 
-def observe(ref: LeaseRef, raw: Any) -> Observation:
-    """The observation after a successful read: `raw` is the Lease's JSON, None when it does not exist (404)."""
+def observe(ref: LeaseRef, raw: Any, now: float, previous: Observation | None = None) -> Observation:
+    """The observation after a successful read at `now` (the webhook's clock): `raw` is the Lease's JSON, None when
+    it does not exist (404); `previous` the observation before it.
+
+    `renewTime` is written by the scheduler's clock and judged by the webhook's, which may differ. So, as
+    client-go's leader election does, progress counts on the reader's own clock: a `renewTime` later than at the
+    previous read (or a new holder) means the scheduler renewed in between, and holds until `now + leaseDurationSeconds`
+    whatever the two clocks say. A `renewTime` never seen to change counts from itself, but no later than the
+    read that first saw it: a Lease "renewed" ahead of the webhook's clock by a scheduler that then died expires
+    `leaseDurationSeconds` after that read, not when the future date comes. Left over: a scheduler whose clock is
+    behind by more than the grace looks dead until the read after its next renewal (one poll period).
+    """
     if raw is None:
         # A deleted Lease is news, not noise: forget the last hold at once.
         return Observation(ref, None, SchedulerStatus(False, "missing", "lease not found"))
     try:
-        held = read_held(raw)
+        renewal = read_held(raw)
     except InvalidLease as exc:
         return Observation(ref, None, SchedulerStatus(False, "invalid", f"lease invalid: {exc}"))
-    if held is None:
+    if renewal is None:
         return Observation(ref, None, SchedulerStatus(False, "no-holder", "lease has no holder"))
-    return Observation(ref, held, None)
+    last = previous.held if previous is not None and previous.ref == ref else None
+    if last is not None and (last.holder, last.renewed) == (renewal.holder, renewal.renewed):
+        return Observation(ref, last, None)  # the same renewal read again: its deadline stands
+    expires = min(renewal.renewed, now) + renewal.duration
+    if last is not None and (renewal.holder != last.holder or renewal.renewed > last.renewed):
+        expires = max(expires, now + renewal.duration)  # renewed (or taken over) since the previous read: alive
+    return Observation(ref, Held(renewal.holder, expires, renewal.renewed), None)
 
 
 def read_failed(ref: LeaseRef, previous: Observation | None, message: str) -> Observation:

@@ -89,7 +89,7 @@ class LeaseCache:
             if self._metrics is not None:
                 self._metrics.failures.inc()
         else:
-            self.observation = observe(ref, raw)
+            self.observation = observe(ref, raw, self._clock(), self.observation)
         status = self.status(scheduler, self._clock())
         self._report(scheduler, ref, status)
         return status

@@ -14,6 +14,7 @@ from gpupack.lease import (
     Held,
     LeaseRef,
     Observation,
+    Renewal,
     observe,
     read_failed,
     read_held,
@@ -36,7 +37,8 @@ def lease(**spec: Any) -> dict[str, Any]:
 
 
 def test_a_renewed_lease_is_held_until_renew_time_plus_its_duration() -> None:
-    assert read_held(lease()) == Held("gpupack-scheduler-6f7c9d-x2k9q_3b1f", RENEWED + 15)
+    assert read_held(lease()) == Renewal("gpupack-scheduler-6f7c9d-x2k9q_3b1f", RENEWED, 15)
+    assert observe(REF, lease(), RENEWED).held == Held("gpupack-scheduler-6f7c9d-x2k9q_3b1f", RENEWED + 15, RENEWED)
 
 
 @pytest.mark.parametrize(
@@ -47,13 +49,12 @@ def test_a_renewed_lease_is_held_until_renew_time_plus_its_duration() -> None:
         (25.0, True, None, "lease held and renewed"),  # exactly at duration + grace: still live
         (25.001, False, "expired", "lease expired 10s ago"),
         (55.0, False, "expired", "lease expired 40s ago"),
-        (-30.0, True, None, "lease held and renewed"),  # renewed "in the future": the scheduler's clock is ahead
     ],
 )
 def test_a_held_lease_is_live_up_to_duration_plus_grace_and_expired_after(
     seconds_after_renewal: float, live: bool, reason: str | None, detail: str
 ) -> None:
-    status = observe(REF, lease()).status(RENEWED + seconds_after_renewal, GRACE)
+    status = observe(REF, lease(), RENEWED).status(RENEWED + seconds_after_renewal, GRACE)
     assert (status.live, status.reason, status.detail) == (live, reason, detail)
 
 
@@ -84,13 +85,13 @@ def test_a_held_lease_is_live_up_to_duration_plus_grace_and_expired_after(
 def test_a_lease_that_cannot_be_used_is_not_live_with_a_reason_naming_the_field(
     raw: Any, reason: str, detail: str
 ) -> None:
-    status = observe(REF, raw).status(RENEWED, GRACE)
+    status = observe(REF, raw, RENEWED).status(RENEWED, GRACE)
     assert not status.live and status.reason == reason
     assert detail in status.detail
 
 
 def test_a_failed_read_keeps_the_last_hold_until_it_expires_then_says_unreadable() -> None:
-    good = observe(REF, lease())
+    good = observe(REF, lease(), RENEWED)
     after_error = read_failed(REF, good, "HTTP 403")
     assert after_error.status(RENEWED + 20, GRACE).live  # a transient error changes nothing
     late = after_error.status(RENEWED + 26, GRACE)
@@ -98,13 +99,14 @@ def test_a_failed_read_keeps_the_last_hold_until_it_expires_then_says_unreadable
 
 
 def test_a_deleted_lease_is_forgotten_at_once() -> None:
-    assert observe(REF, lease()).status(RENEWED, GRACE).live
-    status = observe(REF, None).status(RENEWED, GRACE)
+    seen = observe(REF, lease(), RENEWED)
+    assert seen.status(RENEWED, GRACE).live
+    status = observe(REF, None, RENEWED + 1, seen).status(RENEWED + 1, GRACE)
     assert (status.live, status.reason) == (False, "missing")
 
 
 def test_a_failed_read_keeps_no_hold_of_another_lease() -> None:
-    other = observe(LeaseRef("gpupack-system", "old-name"), lease())
+    other = observe(LeaseRef("gpupack-system", "old-name"), lease(), RENEWED)
     status = read_failed(REF, other, "HTTP 503").status(RENEWED, GRACE)
     assert (status.live, status.reason) == (False, "unreadable")
 
@@ -115,5 +117,31 @@ def test_an_observation_without_hold_or_reason_is_not_read_yet() -> None:
 
 def test_the_verdict_on_a_live_lease_allocates_nothing() -> None:
     """The hot path: a live verdict is one shared object, not a new one per admission."""
-    seen = observe(REF, lease())
+    seen = observe(REF, lease(), RENEWED)
     assert seen.status(RENEWED, GRACE) is seen.status(RENEWED + 1, GRACE)
+
+
+def test_a_renewal_dated_ahead_of_the_webhooks_clock_counts_from_when_it_was_read() -> None:
+    """A scheduler whose clock runs a day ahead, renewing once and dying: its Lease is not live for a day."""
+    ahead = lease(renewTime="2026-12-01T10:00:00.000000Z")  # a day after RENEWED, the webhook's now
+    first = observe(REF, ahead, RENEWED)
+    again = observe(REF, ahead, RENEWED + 20, first)  # the same renewTime, read again: no progress
+    assert again.status(RENEWED + 25, GRACE).live
+    status = again.status(RENEWED + 26, GRACE)
+    assert (status.live, status.reason) == (False, "expired")
+
+
+def test_a_scheduler_whose_clock_runs_behind_is_live_once_it_is_seen_renewing() -> None:
+    """Its renewTime is a minute old when written; the webhook sees it change between two reads: it is alive."""
+    behind = [lease(renewTime=f"2026-11-30T09:59:{second:02d}.000000Z") for second in (0, 2)]
+    first = observe(REF, behind[0], RENEWED)
+    assert not first.status(RENEWED, GRACE).live  # one read cannot tell a slow clock from a dead scheduler
+    second = observe(REF, behind[1], RENEWED + 5, first)
+    assert second.status(RENEWED + 5, GRACE).live and second.status(RENEWED + 30, GRACE).live
+    assert not second.status(RENEWED + 31, GRACE).live  # and expires 15 + 10 s after the read that saw it renew
+
+
+def test_a_new_holder_is_progress_too() -> None:
+    first = observe(REF, lease(), RENEWED)
+    taken = observe(REF, lease(holderIdentity="gpupack-scheduler-other"), RENEWED + 30, first)
+    assert taken.status(RENEWED + 50, GRACE).live

@@ -81,7 +81,8 @@ def lease_status(lease: dict[str, Any], policy: Policy, now: float | None = None
     )
     if named != ref:
         raise PreviewError(f"--lease: lease {named} is not the policy's scheduler.lease {ref}")
-    return observe(ref, lease).status(time.time() if now is None else now, policy.scheduler.grace_seconds)
+    moment = time.time() if now is None else now
+    return observe(ref, lease, moment).status(moment, policy.scheduler.grace_seconds)
 
 
 def scheduler_line(policy: Policy, status: SchedulerStatus) -> str:
