@@ -27,7 +27,7 @@ from extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, 
 from extender.state import ClusterState
 from gpupack.kube import RawListWatch, api_client
 from gpupack.policy import Policy
-from gpupack.server import ServeOptions, serve_forever
+from gpupack.server import ServeOptions, is_loopback, serve_forever
 from gpupack.telemetry import monitored_policy_store
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,23 @@ def build_app(config: ExtenderConfig, registry: CollectorRegistry | None = None)
     return app
 
 
+def check_exposure(serve: ServeOptions) -> None:
+    """Raise ValueError when the verbs would be reachable off loopback without client certificates.
+
+    A caller of `/filter` or `/prioritize` can make the extender count capacity as taken (an assumption, for
+    `assumeSeconds`), so only kube-scheduler may call: from the same pod on loopback, or with a certificate
+    from the CA the extender trusts.
+    """
+    if not is_loopback(serve.host) and not (serve.tls and serve.client_ca_file is not None):
+        where = serve.host or "every interface"
+        raise ValueError(
+            f"--host {where} is not loopback: a caller of /filter or /prioritize can reserve capacity, so the verbs "
+            "are served there only over TLS with client certificates (--cert-file, --key-file, --client-ca-file); "
+            "or keep the default 127.0.0.1 and let kube-scheduler call from the same pod"
+        )
+
+
 async def run(config: ExtenderConfig) -> None:
-    """Serve until SIGTERM."""
+    """Serve until SIGTERM; raises ValueError for a listener that would expose the verbs (`check_exposure`)."""
+    check_exposure(config.serve)
     await serve_forever(build_app(config), config.serve)

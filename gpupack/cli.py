@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import json
 import sys
 from collections.abc import Sequence
@@ -43,7 +42,9 @@ def _listener_flags(parser: argparse.ArgumentParser, host: str, default_port: in
         help="also serve /healthz, /readyz and /metrics over plain HTTP on this port (what the kubelet's probes and "
         "Prometheus reach on the pod IP; default: no such listener)",
     )
-    parser.add_argument("--health-host", default="0.0.0.0", help="address of the health listener (default 0.0.0.0)")
+    parser.add_argument(
+        "--health-host", default="", help="address of the health listener (default: every interface, IPv4 and IPv6)"
+    )
     parser.add_argument(
         "--max-connections",
         type=positive_int,
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     hook.add_argument("--config", type=Path, help="policy YAML (the mounted ConfigMap key); default: built-in policy")
     hook.add_argument("--cert-file", type=Path, required=True, help="serving certificate (PEM), e.g. tls.crt")
     hook.add_argument("--key-file", type=Path, required=True, help="private key (PEM), e.g. tls.key")
-    _listener_flags(hook, "0.0.0.0", 8443, "address to listen on (default 0.0.0.0: the API server calls it)")
+    _listener_flags(hook, "", 8443, "address to listen on (default: every interface, IPv4 and IPv6)")
     api = hook.add_mutually_exclusive_group()
     api.add_argument(
         "--kubeconfig",
@@ -217,16 +218,6 @@ def _serve_options(args: argparse.Namespace, client_ca_file: Path | None = None)
     )
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` is reachable only from inside the pod (the kubelet and other pods cannot connect)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _cmd_webhook(args: argparse.Namespace) -> int:
     from webhook.app import WebhookSettings
     from webhook.service import WebhookConfig, run
@@ -250,12 +241,6 @@ def _cmd_extender(args: argparse.Namespace) -> int:
         raise ValueError("--cert-file and --key-file go together")
     if args.client_ca_file and not args.cert_file:
         raise ValueError("--client-ca-file needs --cert-file and --key-file (client certificates are a TLS feature)")
-    if not is_loopback(args.host) and not (args.cert_file and args.client_ca_file):
-        raise ValueError(
-            f"--host {args.host} is not loopback: a caller of /filter or /prioritize can reserve capacity, so the "
-            "verbs are served there only over TLS with client certificates (--cert-file, --key-file, "
-            "--client-ca-file); or keep the default 127.0.0.1 and let kube-scheduler call from the same pod"
-        )
     if args.pods and not args.nodes:
         raise ValueError("--pods needs --nodes")
     config = ExtenderConfig(

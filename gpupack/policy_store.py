@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupack.policy import MAX_POLICY_BYTES, Policy, PolicyError, parse_policy, policy_version
-from gpupack.watch import poll_changes
+from gpupack.watch import RETRY, poll_changes
 
 log = logging.getLogger(__name__)
 
@@ -44,29 +44,41 @@ def _read(path: Path) -> bytes:
     return raw
 
 
+class ParserFailed(PolicyError):
+    """The child process that parses a policy could not run or died: no verdict on the document, so the reload
+    is tried again at the next poll."""
+
+
 async def parse_in_child(raw: bytes, source: str, timeout: float = CHILD_TIMEOUT_SECONDS) -> Policy:
     """`parse_policy(raw, source, empty_is_default=False)` in a child process. Raises PolicyError for an invalid
-    document, and for a child that fails, times out or answers garbage (the message says which)."""
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpupack.policy_child",
-        source,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    document (one too slow or too large to parse included), and ParserFailed when the child cannot start, dies or
+    answers garbage. The child never outlives the call, cancelled or not."""
+    try:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",  # isolated: neither the environment nor the working directory changes what it imports
+            "-m",
+            "gpupack.policy_child",
+            source,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise ParserFailed(f"{source}: cannot start the policy parser: {exc}") from exc
     try:
         out, err = await asyncio.wait_for(child.communicate(raw), timeout)
     except TimeoutError as exc:
-        child.kill()
-        await child.wait()
         raise PolicyError(f"{source}: parsing took longer than {timeout:g}s") from exc
+    finally:
+        if child.returncode is None:  # timed out, or the reload was cancelled (shutdown): never leave it running
+            child.kill()
+            await child.wait()
     try:
         status, value = pickle.loads(out)
     except Exception as exc:
         tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
-        raise PolicyError(f"{source}: the policy parser failed: {tail[0][:300]}") from exc
+        raise ParserFailed(f"{source}: the policy parser failed: {tail[0][:300]}") from exc
     if status != "ok" or not isinstance(value, Policy):
         raise PolicyError(str(value))
     return value
@@ -110,7 +122,7 @@ class PolicyStore:
             self._on_failure(problem)
 
     def _load(self) -> LoadedPolicy | str:
-        """The file's new version, or the problem with it (this runs in a worker thread)."""
+        """The file's new version, parsed in this process, or the problem with it."""
         assert self.path is not None
         try:
             return load_policy_file(self.path, empty_is_default=False)
@@ -130,14 +142,17 @@ class PolicyStore:
         return True
 
     def reload(self) -> bool:
-        """Re-read the file here; returns True when a new valid version took effect."""
+        """Re-read the file and parse it in this process; True when a new valid version took effect. The same
+        rules as `reload_off_loop` (what the services' watch uses), for callers with no event loop to protect."""
         if self.path is None:
             return False
         return self._apply(self._load())
 
-    async def reload_off_loop(self) -> bool:
+    async def reload_off_loop(self) -> bool | str:
         """`reload()` with the parsing in a child process, so the event loop is not held while a large policy
-        is parsed. The swap itself happens on the loop: a request sees one version or the other, never a mix."""
+        is parsed. The swap itself happens on the loop: a request sees one version or the other, never a mix.
+        Returns True when a new version took effect, and `watch.RETRY` when the parser itself failed (its child
+        could not run or died), so that the same content is tried again at the next poll."""
         if self.path is None:
             return False
         try:
@@ -146,6 +161,9 @@ class PolicyStore:
             if version == self.current.version:
                 return False
             loaded: LoadedPolicy | str = LoadedPolicy(await parse_in_child(raw, str(self.path)), version)
+        except ParserFailed as exc:
+            self._refused(f"{exc} (trying again at the next poll)")
+            return RETRY
         except (PolicyError, OSError) as exc:
             loaded = str(exc)
         return self._apply(loaded)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import ipaddress
 import logging
 import signal
 import ssl
@@ -68,7 +69,8 @@ class BodyUnreadable(BodyError):
 class ServeOptions:
     """Listening addresses and limits of one server."""
 
-    host: str = "0.0.0.0"
+    host: str = ""
+    """Empty: every interface, IPv4 and IPv6."""
     port: int = 8443
     cert_file: Path | None = None
     key_file: Path | None = None
@@ -80,7 +82,7 @@ class ServeOptions:
     shutdown_timeout: float = 15.0
     max_connections: int = DEFAULT_LIMIT
     """Connections each listener holds (see `gpupack.connections`)."""
-    health_host: str = "0.0.0.0"
+    health_host: str = ""
     health_port: int | None = None
     """A second, plain HTTP listener for `/healthz`, `/readyz` and `/metrics` only (None: none): what the kubelet
     and Prometheus reach on the pod IP, when the main listener is on loopback or needs a client certificate."""
@@ -89,6 +91,17 @@ class ServeOptions:
     def tls(self) -> bool:
         """Whether the main listener speaks TLS."""
         return self.cert_file is not None and self.key_file is not None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable only from inside the pod (the kubelet and other pods cannot connect). An empty
+    host is every interface: not loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def read_body(request: web.Request, timeout: float, limit: int) -> bytes:
@@ -186,7 +199,7 @@ class GuardedSite(web.BaseSite):
     def name(self) -> str:
         scheme = "https" if self._ssl_context else "http"
         port = self.bound_port() if isinstance(self._server, asyncio.Server) else self._port
-        return f"{scheme}://{self._host}:{port}"
+        return f"{scheme}://{self._host or '*'}:{port}"
 
     async def start(self) -> None:
         await super().start()
@@ -194,7 +207,14 @@ class GuardedSite(web.BaseSite):
         server = self._runner.server
         assert server is not None
         factory = protocol_factory(loop, server, self.guard, self._ssl_context, self._handshake)
-        self._server = await loop.create_server(factory, self._host, self._port, reuse_address=True)
+        if self._host:
+            self._server = await loop.create_server(factory, self._host, self._port, reuse_address=True)
+            return
+        try:  # all interfaces: IPv4 and IPv6, so probes reach the pod on single-stack IPv6 clusters too
+            self._server = await loop.create_server(factory, None, self._port, reuse_address=True)
+        except OSError as exc:  # IPv6 disabled in the pod's network namespace: IPv4 alone
+            log.info("cannot listen on IPv6 too (%s); listening on IPv4 only", exc)
+            self._server = await loop.create_server(factory, "0.0.0.0", self._port, reuse_address=True)
 
     def bound_port(self) -> int:
         """The port actually bound (useful with port 0)."""
@@ -225,11 +245,15 @@ class Serving:
 
     async def stop(self) -> None:
         """Stop the background tasks, then finish requests in flight and close every listener."""
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await _cancel(self.tasks)
         for runner in reversed(self.runners):
             await runner.cleanup()
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _tls(options: ServeOptions, metrics: ServingMetrics) -> tuple[ssl.SSLContext, CertificateReloader]:
@@ -267,7 +291,11 @@ async def _listen(
     await runner.setup()
     guard = ConnectionGuard(options.max_connections, name, metrics.connections)
     site = GuardedSite(runner, host, port, context, options.handshake_timeout, guard)
-    await site.start()
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     log.info("%s listener on %s", name, site.name)
     return runner, site
 
@@ -285,15 +313,23 @@ async def start_server(app: web.Application, options: ServeOptions) -> Serving:
     if options.tls:
         context, reloader = _tls(options, metrics)
         tasks.append(asyncio.create_task(reloader.run(options.cert_poll_seconds)))
-    runner, site = await _listen(app, options.host, options.port, context, options, "serving", metrics)
+    try:
+        runner, site = await _listen(app, options.host, options.port, context, options, "serving", metrics)
+    except BaseException:
+        await _cancel(tasks)
+        raise
     serving = Serving([runner], site, tasks=tasks)
-    if options.health_port is not None:
-        health_app = web.Application()
-        add_standard_routes(health_app, registry, app.get(READY) or (lambda: True))
-        health_runner, serving.health = await _listen(
-            health_app, options.health_host, options.health_port, None, options, "health", metrics
-        )
-        serving.runners.append(health_runner)
+    try:
+        if options.health_port is not None:
+            health_app = web.Application()
+            add_standard_routes(health_app, registry, app.get(READY) or (lambda: True))
+            health_runner, serving.health = await _listen(
+                health_app, options.health_host, options.health_port, None, options, "health", metrics
+            )
+            serving.runners.append(health_runner)
+    except BaseException:  # the port is taken, say: nothing of the half-started server may stay behind
+        await serving.stop()
+        raise
     guards = [site.guard] + ([serving.health.guard] if serving.health else [])
     tasks.append(asyncio.create_task(trim_memory(guards)))
     return serving

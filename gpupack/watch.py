@@ -12,8 +12,12 @@ import inspect
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Final
 
 log = logging.getLogger(__name__)
+
+RETRY: Final = "retry"
+"""What `on_change` returns when it could not act on the change yet: the same content counts as new next time."""
 
 
 def unreadable(paths: Sequence[Path]) -> str | None:
@@ -56,7 +60,7 @@ async def poll_changes(
     A file that cannot be read is reported once to `on_unreadable` with the reason (a dangling symlink, a
     missing file), not at every poll, and the digest seen stays the last readable one, so the same content
     coming back is no change. `on_change` handles its own failures; an exception from it is logged and polling
-    goes on.
+    goes on; when it returns RETRY, the change is offered again at the next poll.
     """
     last = initial
     missing = False
@@ -76,6 +80,9 @@ async def poll_changes(
         try:
             result = on_change()
             if inspect.isawaitable(result):
-                await result
+                result = await result
         except Exception:
             log.exception("reload failed", extra={"paths": [str(p) for p in paths]})
+            continue
+        if result == RETRY:
+            last = None

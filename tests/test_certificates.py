@@ -227,3 +227,30 @@ async def test_gpupack_certs_issues_the_client_certificate_kube_scheduler_presen
     finally:
         await serving.stop()
     assert (tmp_path / "client.key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    ("host", "tls", "client_ca", "exposed"),
+    [
+        ("127.0.0.1", False, False, False),
+        ("localhost", False, False, False),
+        ("::1", False, False, False),
+        ("", False, False, True),  # every interface
+        ("0.0.0.0", True, False, True),  # TLS, but anyone may call
+        ("10.0.0.7", True, True, False),  # mutual TLS
+        ("", True, True, False),
+    ],
+)
+def test_the_extender_service_refuses_verbs_reachable_by_anyone_however_it_is_built(
+    tls_dir: Path, host: str, tls: bool, client_ca: bool, exposed: bool
+) -> None:
+    """The rule lives in the service, not only in the command line: code that builds an ExtenderConfig meets it."""
+    from extender.service import check_exposure
+
+    cert = (tls_dir / "tls.crt", tls_dir / "tls.key") if tls else (None, None)
+    options = ServeOptions(host, 8888, *cert, client_ca_file=tls_dir / "ca.crt" if client_ca else None)
+    if exposed:
+        with pytest.raises(ValueError, match="not loopback"):
+            check_exposure(options)
+    else:
+        check_exposure(options)

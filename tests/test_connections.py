@@ -252,3 +252,33 @@ async def test_the_health_listener_serves_health_and_metrics_only(webhook: Servi
             assert "gpupack_certificate_expiry_timestamp_seconds" in await response.text()
         async with session.post(base + "/mutate", data=b"{}") as response:
             assert response.status in (404, 405)
+
+
+async def test_a_health_port_already_taken_leaves_nothing_running(tls_dir: Path) -> None:
+    """The main listener is up when the health listener fails to bind: it must not stay behind, port held."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        main_port = _free()
+        app = build_app(WebhookConfig(None, ServeOptions()), CollectorRegistry())
+        options = ServeOptions(
+            "127.0.0.1", main_port, tls_dir / "tls.crt", tls_dir / "tls.key", health_host="127.0.0.1", health_port=busy
+        )
+        with pytest.raises(OSError):
+            await start_server(app, options)
+    with socket.socket() as again:  # the main port is free again
+        again.bind(("127.0.0.1", main_port))
+    await asyncio.sleep(0)
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []  # no reloader left polling
+
+
+def _free() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.cli import _parser, is_loopback
+from gpupack.cli import _parser
+from gpupack.server import is_loopback
 from tests.conftest import ROOT
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

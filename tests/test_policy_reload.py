@@ -131,13 +131,71 @@ async def test_the_event_loop_runs_while_a_large_reload_is_parsed(tmp_path: Path
             await asyncio.sleep(0.005)
             ticks += 1
 
+    parsers_seen: set[int] = set()
+
+    async def watcher() -> None:
+        while True:
+            parsers_seen.update(_policy_parsers())
+            await asyncio.sleep(0.01)
+
     task = asyncio.create_task(ticker())
+    spy = asyncio.create_task(watcher())
     await asyncio.sleep(0.02)
     before = ticks
     assert await store.reload_off_loop() is False  # 30,000 unknown classes: refused, after a long parse
     during = ticks - before
     task.cancel()
+    spy.cancel()
     assert during >= 10 and store.policy.mode == "audit"
+    assert parsers_seen, "the policy was not parsed in a child process"
+
+
+def _policy_parsers() -> list[int]:
+    """The pids of this process's children that run the policy parser."""
+    found = []
+    for children in Path("/proc/self/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"gpupack.policy_child" in cmdline:
+                found.append(int(pid))
+    return found
+
+
+async def test_a_cancelled_reload_leaves_no_parser_running(tmp_path: Path) -> None:
+    """A shutdown during a reload: the child is killed, not left parsing."""
+    unknown = b"".join(b"  k%06d: {a: 1, b: 2}\n" % i for i in range(30000))
+    path = _configmap_volume(tmp_path, AUDIT, 1)
+    store = PolicyStore(path)
+    _configmap_volume(tmp_path, b"classes:\n" + unknown[: MAX_POLICY_BYTES - 100], 2)
+    reload = asyncio.create_task(store.reload_off_loop())
+    await wait_until(lambda: bool(_policy_parsers()), what="the parser to start")
+    reload.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reload
+    assert _policy_parsers() == []
+
+
+async def test_a_parser_that_cannot_run_is_tried_again_at_the_next_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No verdict on the document (the child could not start): the same valid file is applied once it can."""
+    import sys
+
+    path = _configmap_volume(tmp_path, AUDIT, 1)
+    store = PolicyStore(path)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    watcher = asyncio.create_task(store.watch(0.02))
+    try:
+        with caplog.at_level(logging.ERROR):
+            _configmap_volume(tmp_path, b"mode: audit\nextender: {scoring: spread}\n", 2)
+            await wait_until(lambda: any("trying again" in r.getMessage() for r in caplog.records))
+        monkeypatch.undo()
+        await wait_until(lambda: store.policy.extender.scoring == "spread", what="the retried reload")
+    finally:
+        watcher.cancel()
 
 
 async def test_the_child_parses_exactly_as_the_service_does() -> None:

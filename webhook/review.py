@@ -64,7 +64,8 @@ class AdmissionReview(_Wire):
 
 
 LARGE_BODY = 256 * 1024
-"""Bodies from this size on are handled with the garbage collector paused (see `paused_gc`)."""
+"""Reviews from this size on (the API server's are a few KiB) are handled one at a time, with the garbage
+collector paused (`PAUSED_GC`): see `webhook.app._handle_large`."""
 
 
 class _CollectorPause:
