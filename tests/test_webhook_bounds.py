@@ -128,14 +128,16 @@ def test_the_gpu_annotation_may_name_a_sidecar() -> None:
     assert any(op["path"].startswith("/spec/initContainers/0/resources") and "mig" in str(op) for op in decision.ops)
 
 
-async def test_large_reviews_are_taken_one_at_a_time_and_small_ones_pass_them(aiohttp_client: Any) -> None:
+async def test_large_reviews_are_taken_one_at_a_time_and_small_ones_pass_them(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 3 MiB review decodes to 25-95 MB of objects: two at once would take the webhook past its 256 Mi limit.
     While one is being handled, the next waits (here: the test holds the turn), and small reviews go on."""
+    import webhook.app
     from webhook.app import STATE, WebhookSettings
 
-    app = make_app(
-        PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry(), WebhookSettings(body_timeout=0.5)
-    )
+    monkeypatch.setattr(webhook.app, "LARGE_WAIT_SECONDS", 0.5)
+    app = make_app(PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry(), WebhookSettings())
     client = await aiohttp_client(app)
     large = orjson.dumps(largest(SHAPES["containers"][0], LABELLED))
     small = orjson.dumps(admission_review(make_pod(dict(LABELLED))))
@@ -149,7 +151,23 @@ async def test_large_reviews_are_taken_one_at_a_time_and_small_ones_pass_them(ai
     answered = await waiting
     assert answered.status == 200 and (await answered.json())["response"]["allowed"] is False
 
-    await turn.acquire()  # held for longer than the body timeout: the waiting review is told to come back
+    await turn.acquire()  # held for longer than a review may wait: the waiting review is told to come back
     refused = await client.post("/mutate", data=io.BytesIO(large))
     turn.release()
     assert refused.status == 503 and "another large admission review" in await refused.text()
+
+
+async def test_a_client_trickling_a_large_body_holds_up_no_other_review(aiohttp_client: Any) -> None:
+    """It holds one of the places for large bodies while it sends; others are read, decoded and answered."""
+    app = make_app(PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry())
+    client = await aiohttp_client(app)
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n{")
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    large = orjson.dumps(largest(SHAPES["tolerations"][0], LABELLED))
+    answered = await client.post("/mutate", data=io.BytesIO(large))
+    assert answered.status == 200 and (await answered.json())["response"]["allowed"] is False
+    small = await client.post("/mutate", data=orjson.dumps(admission_review(make_pod(dict(LABELLED)))))
+    assert small.status == 200
+    writer.close()

@@ -59,9 +59,16 @@ class WebhookState:
     lease: LeaseCache
     """The gpupack scheduler's Lease (read in the background): whether GPU pods may be sent to it."""
     unrouted: UnroutedLog = field(default_factory=UnroutedLog)
+    large_reads: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LARGE_READS))
+    """Held from reading a large review's body until it is freed (see `_handle_large`)."""
     large: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
-    """Held while a large review is read, decoded, planned and freed: one at a time (see `_handle_large`)."""
+    """Held while a large review is decoded, planned and freed: one at a time."""
 
+
+LARGE_READS = 4
+"""Large reviews whose bodies may be held at once: a slow client holds one for at most the body timeout."""
+LARGE_WAIT_SECONDS = 2.0
+"""How long a large review waits for its turn before 503: well inside the registration's 5 s timeout."""
 
 STATE: web.AppKey[WebhookState] = web.AppKey("webhook_state")
 
@@ -109,34 +116,47 @@ async def _handle_large(
 ) -> web.Response:
     """A review of LARGE_BODY or more, or of unknown length (the API server's are a few KiB and say theirs).
 
-    Memory: a 3 MiB review decodes to 25-95 MB of objects, so two at once would take the webhook past its
-    256 Mi limit. One is read, decoded, planned and freed at a time; the others wait (their unread bodies held
-    to aiohttp's 128 KiB read-ahead), for at most the body timeout, then get 503. Latency: it is decoded, then the
-    event loop turns before it is planned and freed, so no single stretch holds up small admissions for all of it.
+    Memory: a 3 MiB review decodes to 25-95 MB of objects, so two decoded at once could take the webhook past its
+    limit. At most LARGE_READS large bodies are held at once (each read within the body timeout, so a slow client
+    holds its place no longer), and one at a time is decoded, planned and freed; a review that waits longer than
+    LARGE_WAIT_SECONDS for either gets 503 (its unread body stays within aiohttp's 128 KiB read-ahead).
+    Latency: it is decoded, then the event loop turns before it is planned and freed, so no single stretch holds
+    up small admissions for all of it.
     """
-    try:
-        async with asyncio.timeout(state.settings.body_timeout):
-            await state.large.acquire()
-    except TimeoutError:
-        message = "another large admission review is being processed; try again"
-        return _problem(state, 503, "busy", message)
+    if not await _turn(state.large_reads):
+        return _problem(state, 503, "busy", "too many large admission reviews are being read; try again")
     try:
         try:
             body = await read_body(request, state.settings.body_timeout, state.settings.max_body_bytes)
         except BodyError as exc:
             return _problem(state, exc.status, exc.reason, str(exc))
-        with PAUSED_GC:
-            try:
-                review = parse_review(body)
-            except BadReview as exc:
-                return _problem(state, 400, "not_admission_review", str(exc))
-            del body
-            await asyncio.sleep(0)
-            response = _respond(state, review, namespace_opted_in, started)
-            del review
-        return response
+        if not await _turn(state.large):
+            return _problem(state, 503, "busy", "another large admission review is being processed; try again")
+        try:
+            with PAUSED_GC:
+                try:
+                    review = parse_review(body)
+                except BadReview as exc:
+                    return _problem(state, 400, "not_admission_review", str(exc))
+                del body
+                await asyncio.sleep(0)
+                response = _respond(state, review, namespace_opted_in, started)
+                del review
+            return response
+        finally:
+            state.large.release()
     finally:
-        state.large.release()
+        state.large_reads.release()
+
+
+async def _turn(semaphore: asyncio.Semaphore) -> bool:
+    """Acquire `semaphore` within LARGE_WAIT_SECONDS; False when the wait ran out."""
+    try:
+        async with asyncio.timeout(LARGE_WAIT_SECONDS):
+            await semaphore.acquire()
+    except TimeoutError:
+        return False
+    return True
 
 
 def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: bool, started: float) -> web.Response:
