@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from gpupack.validation import quoted
+
 NotLiveReason = Literal["not-read-yet", "unreadable", "missing", "no-holder", "expired", "invalid"]
 """Why pods are not sent to the scheduler; stable, they label `gpupack_webhook_unrouted_total`."""
 
 INT32_MAX = 2**31 - 1  # leaseDurationSeconds is an int32 in the API (coordination/v1 types.go)
-_SHOWN = 40  # characters of a bad value quoted in a reason: a hostile Lease must not make log lines huge
+_SHOWN = 40  # characters of a bad value quoted in a reason: it goes into every unrouted pod's warning
 
 
 class LeaseUnreadable(Exception):
@@ -83,8 +85,7 @@ class InvalidLease(ValueError):
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 1] + "…"
+    return quoted(value, _SHOWN)
 
 
 def _timestamp(value: Any, where: str) -> float:

@@ -294,6 +294,10 @@ class LeaseName(_Model):
     """Name of the Lease."""
 
 
+LEASE_SECONDS = 15
+"""kube-scheduler's default `leaseDuration`, the shipped configuration's."""
+
+
 class SchedulerPolicy(_Model):
     """Which scheduler opted-in GPU pods are sent to (`spec.schedulerName`), and how the webhook knows it is alive.
 
@@ -315,6 +319,15 @@ class SchedulerPolicy(_Model):
     poll_seconds: float = Field(default=5.0, gt=0, le=60)
     """Period of the background read of the Lease (one GET; never on the request path). Keep it well under
     `graceSeconds` plus the Lease's duration, or a live scheduler looks dead between two reads."""
+
+    @model_validator(mode="after")
+    def _polled_often_enough(self) -> SchedulerPolicy:
+        if self.poll_seconds >= LEASE_SECONDS + self.grace_seconds:
+            raise ValueError(
+                f"pollSeconds ({self.poll_seconds:g}) must be shorter than the Lease's {LEASE_SECONDS} s plus "
+                f"graceSeconds ({self.grace_seconds:g}), or a live scheduler looks dead between two reads"
+            )
+        return self
 
     @field_validator("name")
     @classmethod

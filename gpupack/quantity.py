@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from decimal import ROUND_UP, Context, Decimal, DecimalException, InvalidOperation
 
+from gpupack.validation import quoted
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Decimal("1e-9"),
@@ -42,12 +44,6 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
-def _shown(text: object, limit: int = 64) -> str:
-    """The value as an error message quotes it: its repr, cut to `limit` characters (a value can be megabytes)."""
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
-
-
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a quantity into its exact value in base units (bytes, cores, ...).
 
@@ -57,20 +53,20 @@ def parse_quantity(text: str | int | float) -> Decimal:
     finer than the nano unit is rounded up to it.
     """
     if isinstance(text, bool):
-        raise QuantityError(f"{_shown(text)} is not a quantity")
+        raise QuantityError(f"{quoted(text)} is not a quantity")
     if isinstance(text, int | float):
         number, suffix = str(text), ""
     else:
         match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
         if match is None:
-            raise QuantityError(f"{_shown(text)} is not a quantity (examples: 500m, 2, 8Gi, 16G)")
+            raise QuantityError(f"{quoted(text)} is not a quantity (examples: 500m, 2, 8Gi, 16G)")
         number, suffix = match.group(1), match.group(2) or ""
     try:
         value = Decimal(number)
     except InvalidOperation as exc:
-        raise QuantityError(f"{_shown(text)} is not a quantity") from exc
+        raise QuantityError(f"{quoted(text)} is not a quantity") from exc
     if not value.is_finite():
-        raise QuantityError(f"{_shown(text)} is not a finite quantity")
+        raise QuantityError(f"{quoted(text)} is not a finite quantity")
     if not value:
         return Decimal(0)  # "0e1000000" is zero: no exponent arithmetic
     factor = _BINARY.get(suffix)
@@ -81,7 +77,7 @@ def parse_quantity(text: str | int | float) -> Decimal:
         magnitude = _DECIMAL[suffix].adjusted() if suffix in _DECIMAL else Decimal(suffix[1:])
     leading = value.adjusted() + magnitude  # the power of ten of the leading digit, before any arithmetic
     if leading > _MAX_DIGITS:
-        raise QuantityError(f"{_shown(text)} is too large (at most {MAX_QUANTITY} base units)")
+        raise QuantityError(f"{quoted(text)} is too large (at most {MAX_QUANTITY} base units)")
     if leading < -10:
         return NANO.copy_sign(value)  # far finer than 1n, which it rounds up to
     try:
@@ -89,9 +85,9 @@ def parse_quantity(text: str | int | float) -> Decimal:
         if value.as_tuple().exponent < -9:  # type: ignore[operator]  # finite: an int
             value = value.quantize(NANO, rounding=ROUND_UP, context=_EXACT)
     except DecimalException as exc:  # pragma: no cover - the bounds above keep every value in range
-        raise QuantityError(f"{_shown(text)} is not a quantity gpupack can compute with") from exc
+        raise QuantityError(f"{quoted(text)} is not a quantity gpupack can compute with") from exc
     if abs(value) > MAX_QUANTITY:
-        raise QuantityError(f"{_shown(text)} is too large (at most {MAX_QUANTITY} base units)")
+        raise QuantityError(f"{quoted(text)} is too large (at most {MAX_QUANTITY} base units)")
     return value
 
 

@@ -24,3 +24,10 @@ def describe(exc: ValidationError, prefix: str = "", limit: int = 1, whole: str 
         where = ".".join(str(p) for p in err["loc"])
         parts.append(f"{prefix}{where or whole}: {err['msg']}")
     return "; ".join(parts)
+
+
+def quoted(value: object, limit: int = 64) -> str:
+    """A value as an error message quotes it: its repr, cut to `limit` characters with `…`. A label value or a
+    Lease field sent by a hostile client can be megabytes, and messages end up in logs, warnings and events."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -100,7 +100,8 @@ async def test_a_certificate_not_valid_yet_is_taken_once_its_time_comes(tmp_path
     _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]), 1)
     serving = await _serve(tmp_path, CollectorRegistry(), poll=0.05)
     try:
-        soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1.5)
+        # whole seconds in X.509: valid from 2-3 s from now, checked at 0.5 s
+        soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=3)
         _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], valid_from=soon), 2)
         later = _serial(tmp_path / "tls.crt")
         await asyncio.sleep(0.5)

@@ -93,7 +93,14 @@ async def test_a_request_in_progress_is_never_evicted(webhook: Serving, tls_dir:
     writer.write(head.encode() + body[:10])
     await writer.drain()
     await asyncio.sleep(0.2)  # the handler is now waiting for the rest of the body
-    flood = [await asyncio.open_connection("127.0.0.1", webhook.port) for _ in range(2 * LIMIT)]
+    # Each flood connection sends a request, so all are as eligible as the busy one and more recently active:
+    # only its request in progress keeps the busy one from being the next evicted.
+    flood = []
+    for _ in range(2 * LIMIT):
+        r, w = await asyncio.open_connection("127.0.0.1", webhook.port, ssl=context)
+        w.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await r.readuntil(b"ok\n")
+        flood.append((r, w))
     writer.write(body[10:])
     status = await asyncio.wait_for(reader.readuntil(b"\r\n"), 5)
     assert status.startswith(b"HTTP/1.1 200")

@@ -161,7 +161,7 @@ async def test_a_client_trickling_a_large_body_holds_up_no_other_review(aiohttp_
     """It holds one of the places for large bodies while it sends; others are read, decoded and answered."""
     app = make_app(PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry())
     client = await aiohttp_client(app)
-    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    _reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
     writer.write(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n{")
     await writer.drain()
     await asyncio.sleep(0.1)

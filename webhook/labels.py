@@ -15,20 +15,16 @@ from gpupack import contract
 from gpupack.k8s import Pod
 from gpupack.policy import Sharing, WorkloadClass
 from gpupack.quantity import QuantityError, parse_quantity
+from gpupack.validation import quoted
 
 Latency = Literal["critical", "tolerant"]
-
-
-SHOWN_CHARS = 64
-"""The most of a bad value quoted back: a label value can be 63 characters, an annotation megabytes."""
 
 
 class LabelError(ValueError):
     """An opted-in pod carries a gpupack label or annotation with a value that cannot be used."""
 
     def __init__(self, label: str, value: str, valid: str) -> None:
-        shown = value if len(value) <= SHOWN_CHARS else value[: SHOWN_CHARS - 3] + "..."
-        super().__init__(f"{label}={shown!r} is not valid: use {valid}")
+        super().__init__(f"{label}={quoted(value)} is not valid: use {valid}")
         self.label = label
         self.value = value
 
