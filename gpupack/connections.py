@@ -33,11 +33,32 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gpupack.logs import RateLimit
+
 log = logging.getLogger(__name__)
 
 TLS_READ_BUFFER = 16 * 1024
 """Bytes a TLS connection reads from its socket at a time: one TLS record's payload (asyncio's default is
 256 KiB, allocated for every connection accepted)."""
+
+TLS_READ_AHEAD = 32 * 1024
+"""Encrypted bytes a TLS connection takes from its socket before it stops reading until the request handler
+catches up (asyncio's default is 256 KiB). With aiohttp's own read-ahead (`READ_BUFSIZE`) this bounds what a
+connection that sends a body nobody reads yet can make the process hold: 256 connections each sending 3 MiB
+of body took the webhook to 252 MB with the defaults."""
+
+READ_BUFSIZE = 16 * 1024
+"""aiohttp's read-ahead unit for request bodies (default 64 KiB): it stops reading at twice this."""
+
+SLOW_BODY_SECONDS = 0.25
+"""A request whose body has been awaited this long is a slow client's: the API server and kube-scheduler send a
+body of a few KiB in one write, on a network inside the cluster. At the connection limit such a connection may be
+closed to make room."""
+
+PEER_SHARE = 4
+"""One client address holds at most 1/PEER_SHARE of a listener's connections: a pod that floods the webhook with
+connections (trickling bodies, reconnecting as soon as one is cut) takes a quarter of them, not all, and the API
+servers keep the rest. An API server needs a few keep-alive connections, tens in a burst."""
 
 DEFAULT_LIMIT = 256
 """Connections one listener holds. The API servers of a cluster keep a few keep-alive connections each to a
@@ -79,6 +100,15 @@ class _Held:
     transport: asyncio.BaseTransport
     handler: Any
     """aiohttp's RequestHandler for the connection: it knows whether a request is in progress."""
+    peer: str
+    active: float
+    """Loop time bytes last arrived (or the connection was accepted)."""
+
+
+def _peer(transport: asyncio.BaseTransport) -> str:
+    """The client's address (without its port): what the per-client share counts."""
+    name = transport.get_extra_info("peername")
+    return str(name[0]) if isinstance(name, tuple) and name else "?"
 
 
 def _busy(handler: Any) -> bool:
@@ -88,6 +118,15 @@ def _busy(handler: Any) -> bool:
     the connection counts as busy, so nothing in flight is ever cut (the eviction tests would then fail).
     """
     return bool(getattr(handler, "_request_in_progress", True) or getattr(handler, "_messages", True))
+
+
+def _slow(handler: Any, awaiting: dict[object, float], now: float) -> float | None:
+    """How long the connection's request has been waiting for its body, when that is longer than
+    SLOW_BODY_SECONDS; None otherwise."""
+    since = awaiting.get(handler)
+    if since is None or now - since < SLOW_BODY_SECONDS:
+        return None
+    return now - since
 
 
 def _served(handler: Any) -> bool:
@@ -102,7 +141,13 @@ class ConnectionGuard:
     one that has gone longest without sending anything, among those with no request in progress.
     """
 
-    def __init__(self, limit: int, listener: str, metrics: ConnectionMetrics | None = None) -> None:
+    def __init__(
+        self,
+        limit: int,
+        listener: str,
+        metrics: ConnectionMetrics | None = None,
+        awaiting: dict[object, float] | None = None,
+    ) -> None:
         if limit < 1:
             raise ValueError(f"the connection limit must be at least 1, got {limit}")
         self.limit = limit
@@ -111,6 +156,13 @@ class ConnectionGuard:
         self.closed = 0
         """Connections released so far (the memory trimmer watches it)."""
         self._metrics = metrics
+        self.awaiting: dict[object, float] = awaiting if awaiting is not None else {}
+        """Request handlers waiting for the rest of a body, and since when (loop time): `gpupack.server.read_body`
+        fills it."""
+        self._refusals = RateLimit(10.0)
+        self.per_peer = max(1, limit // PEER_SHARE)
+        """Connections one client address may hold."""
+        self._by_peer: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -119,44 +171,90 @@ class ConnectionGuard:
         """Bytes arrived on connection `key`: it is now the most recently active (a dict re-insert, O(1))."""
         held = self._held.pop(key, None)
         if held is not None:
+            held.active = asyncio.get_running_loop().time()
             self._held[key] = held
 
-    def _victim(self) -> object | None:
-        """The idle connection to close: the least recently active one that never sent a request, else the least
-        recently active idle one."""
-        oldest_idle: object | None = None
+    def _victim(self, peer: str | None = None) -> object | None:
+        """The connection to close to make room (with `peer`, among that client's only), in this order:
+
+        1. idle, never sent a request, silent for SLOW_BODY_SECONDS or more (a socket opened and left);
+        2. waiting for the rest of a body for SLOW_BODY_SECONDS or more, the longest first (a body trickling in);
+        3. idle between requests (a keep-alive client: it reconnects; the API server retries such a request);
+        4. idle and new (a handshake, a request on its way).
+        The least recently active first within 1, 3 and 4; a request being served is never cut. Without 2, a few
+        hundred clients trickling bodies kept every connection busy and every new one, the API server's too,
+        was refused; with 3 before 2, they pushed out the API server's keep-alive connections instead.
+        """
+        now = asyncio.get_running_loop().time()
+        slowest: tuple[float, object] | None = None
+        kept_alive: object | None = None
+        new: object | None = None
         for key, held in self._held.items():
-            if _busy(held.handler):
+            if peer is not None and held.peer != peer:
                 continue
-            if not _served(held.handler):
+            if _busy(held.handler):
+                waited = _slow(held.handler, self.awaiting, now) if self.awaiting else None
+                if waited is not None and (slowest is None or waited > slowest[0]):
+                    slowest = (waited, key)
+            elif _served(held.handler):
+                kept_alive = key if kept_alive is None else kept_alive
+            elif now - held.active >= SLOW_BODY_SECONDS:
                 return key
-            if oldest_idle is None:
-                oldest_idle = key
-        return oldest_idle
+            else:
+                new = key if new is None else new
+        if slowest is not None:
+            return slowest[1]
+        return kept_alive if kept_alive is not None else new
 
     def admit(self, key: object, transport: asyncio.BaseTransport, handler: Any) -> bool:
-        """Hold a new connection; False when it must be closed at once (the limit is reached, all busy)."""
-        if len(self._held) >= self.limit:
-            victim = self._victim()
-            if victim is None:
-                if self._metrics is not None:
-                    self._metrics.refused.labels(self.listener).inc()
-                log.warning("connection refused: all %d connections are busy", self.limit)
+        """Hold a new connection; False when it must be closed at once (the limit, or its client's share, is
+        reached and every connection that could make room is busy)."""
+        peer = _peer(transport)
+        if self._by_peer.get(peer, 0) >= self.per_peer:  # room from the client's own connections only
+            if not self._make_room(self._victim(peer), f"its client {peer} holds {self.per_peer} busy connections"):
                 return False
-            evicted = self._held.pop(victim)
-            self.closed += 1
-            _abort(evicted.transport)  # its protocol's connection_lost follows; release() then finds nothing
-            if self._metrics is not None:
-                self._metrics.evicted.labels(self.listener).inc()
-        self._held[key] = _Held(transport, handler)
+        elif len(self._held) >= self.limit:
+            if not self._make_room(self._victim(), f"all {self.limit} connections are busy"):
+                return False
+        self._held[key] = _Held(transport, handler, peer, asyncio.get_running_loop().time())
+        self._by_peer[peer] = self._by_peer.get(peer, 0) + 1
         if self._metrics is not None:
             self._metrics.open.labels(self.listener).set(len(self._held))
         return True
 
+    def _make_room(self, victim: object | None, why: str) -> bool:
+        """Close `victim` to make room; False (counted, logged at most every 10 s) when there is none."""
+        if victim is None:
+            if self._metrics is not None:
+                self._metrics.refused.labels(self.listener).inc()
+            held_back = self._refusals.allow()
+            if held_back is not None:
+                more = f" ({held_back} more since the last line)" if held_back else ""
+                log.warning("connection refused: %s%s", why, more)
+            return False
+        evicted = self._forget(victim)
+        if evicted is not None:
+            _abort(evicted.transport)  # its protocol's connection_lost follows; release() then finds nothing
+        if self._metrics is not None:
+            self._metrics.evicted.labels(self.listener).inc()
+        return True
+
+    def _forget(self, key: object) -> _Held | None:
+        """Stop holding connection `key` (closed, or being closed); None when it was not held."""
+        held = self._held.pop(key, None)
+        if held is None:
+            return None
+        self.closed += 1
+        left = self._by_peer[held.peer] - 1
+        if left:
+            self._by_peer[held.peer] = left
+        else:
+            del self._by_peer[held.peer]
+        return held
+
     def release(self, key: object) -> None:
         """Forget a closed connection."""
-        if self._held.pop(key, None) is not None:
-            self.closed += 1
+        if self._forget(key) is not None:
             if self._metrics is not None:
                 self._metrics.open.labels(self.listener).set(len(self._held))
 
@@ -210,6 +308,7 @@ class GuardedTLS(_Guarded, sslproto.SSLProtocol):
         )
         self._guard = guard
         self._handler = handler
+        self._set_read_buffer_limits(TLS_READ_AHEAD)  # type: ignore[attr-defined]  # asyncio.sslproto, 3.11+
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._admit(transport):

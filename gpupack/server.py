@@ -31,13 +31,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from certs.tls import server_context, validity
 from gpupack.certwatch import CertificateReloader
-from gpupack.connections import DEFAULT_LIMIT, ConnectionGuard, ConnectionMetrics, protocol_factory, trim_memory
+from gpupack.connections import (
+    DEFAULT_LIMIT,
+    READ_BUFSIZE,
+    ConnectionGuard,
+    ConnectionMetrics,
+    protocol_factory,
+    trim_memory,
+)
 from gpupack.malformed import ProtocolLog
 
 log = logging.getLogger(__name__)
 
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
+AWAITING: web.AppKey[dict[object, float]] = web.AppKey("awaiting")
+"""Request handlers waiting for the rest of a body, since when (loop time): what the connection guard may cut."""
 
 
 class BodyError(Exception):
@@ -107,30 +116,42 @@ def is_loopback(host: str) -> bool:
 async def read_body(request: web.Request, timeout: float, limit: int) -> bytes:
     """The whole body within `timeout` seconds and `limit` bytes. Raises BodyTooLarge (at once when the
     Content-Length says so: waiting for a body that will be refused only holds the connection), BodyTimeout,
-    or BodyUnreadable.
+    or BodyUnreadable (a `Content-Encoding`: the API server and kube-scheduler send bodies as they are, and a
+    compressed body can be a bomb; or the client went away mid-body).
 
     The timer is armed only when part of the body has yet to arrive. Clients (the API server, kube-scheduler)
     send a request in one write, so by the time a handler runs aiohttp has usually parsed the whole body:
     reading it then cannot block, and arming `asyncio.timeout` (a timer scheduled and cancelled on the event
-    loop) cost about 30 µs per request on the webhook benchmark. A slow client still meets the timeout.
+    loop) cost about 30 µs per request on the webhook benchmark. A slow client still meets the timeout, and
+    while it sends, its connection is marked as waiting (`AWAITING`), so that at the connection limit it may be
+    closed to make room.
     """
     declared = request.content_length
     if declared is not None and declared > limit:
         raise BodyTooLarge(f"the request body ({declared} bytes) exceeds the {limit}-byte limit")
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise BodyUnreadable(
+            f"the request body cannot be read (Content-Encoding: {encoding[:40]}): send it uncompressed"
+        )
     try:
         if request.content.is_eof():
             return await request.read()
+        awaiting = request.app.get(AWAITING)
+        if awaiting is not None:
+            awaiting[request.protocol] = asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout(timeout):  # unlike wait_for, no extra task per request
                 return await request.read()
         except TimeoutError as exc:
             raise BodyTimeout(f"the request body did not arrive within {timeout:g}s") from exc
+        finally:
+            if awaiting is not None:
+                awaiting.pop(request.protocol, None)
     except web.HTTPRequestEntityTooLarge as exc:
         raise BodyTooLarge(f"the request body exceeds the {limit}-byte limit") from exc
-    except RequestPayloadError as exc:
-        encoding = request.headers.get("Content-Encoding")
-        said = f" (Content-Encoding: {encoding[:40]})" if encoding else ""
-        raise BodyUnreadable(f"the request body cannot be read{said}: {exc}") from exc
+    except (RequestPayloadError, ConnectionError) as exc:
+        raise BodyUnreadable(f"the request body cannot be read: {exc}") from exc
 
 
 async def _healthz(_request: web.Request) -> web.Response:
@@ -281,15 +302,22 @@ async def _listen(
     name: str,
     metrics: ServingMetrics,
 ) -> tuple[web.AppRunner, GuardedSite]:
+    awaiting: dict[object, float] = {}
+    app[AWAITING] = awaiting
     runner = web.AppRunner(
         app,
         access_log=None,
         keepalive_timeout=options.keepalive_timeout,
         shutdown_timeout=options.shutdown_timeout,
         logger=ProtocolLog(logging.getLogger("aiohttp.server"), metrics.malformed.inc),
+        read_bufsize=READ_BUFSIZE,
+        # Bodies are refused with a Content-Encoding before they are read (`read_body`): never decompress one.
+        auto_decompress=False,
+        # What a refused client still sends is read and dropped for at most 2 s (aiohttp's default: 10 s).
+        lingering_time=2.0,
     )
     await runner.setup()
-    guard = ConnectionGuard(options.max_connections, name, metrics.connections)
+    guard = ConnectionGuard(options.max_connections, name, metrics.connections, awaiting)
     site = GuardedSite(runner, host, port, context, options.handshake_timeout, guard)
     try:
         await site.start()

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupack.connections import TLS_READ_BUFFER, ConnectionGuard, GuardedTLS, trim_memory
+from gpupack.connections import SLOW_BODY_SECONDS, TLS_READ_BUFFER, ConnectionGuard, GuardedTLS, trim_memory
 from gpupack.server import REGISTRY, ServeOptions, Serving, start_server
 from tests.conftest import W, admission_review, make_pod, wait_until
 from webhook.service import WebhookConfig, build_app
@@ -67,12 +67,24 @@ async def _closed_by_server(reader: asyncio.StreamReader) -> bool:
         return True
 
 
+def _source(index: int) -> tuple[str, int]:
+    """A client address of its own on loopback (all of 127.0.0.0/8 is local): 127.0.1.N."""
+    return (f"127.0.1.{index % 250 + 1}", 0)
+
+
+async def _connect(
+    port: int, index: int, context: ssl.SSLContext | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, ssl=context, local_addr=_source(index))
+
+
 async def test_idle_connections_beyond_the_limit_are_closed_and_admissions_go_on(
     webhook: Serving, tls_dir: Path
 ) -> None:
-    """Plain TCP connections that never start the handshake: the listener keeps at most LIMIT of them (each new
-    one closes the oldest that never sent a request), and a real admission is still answered."""
-    idle = [await asyncio.open_connection("127.0.0.1", webhook.port) for _ in range(3 * LIMIT)]
+    """Plain TCP connections that never start the handshake, from many clients: the listener keeps at most LIMIT
+    of them (each new one closes the least recently active that never sent a request), and a real admission is
+    still answered."""
+    idle = [await _connect(webhook.port, i % 8) for i in range(3 * LIMIT)]
     await wait_until(lambda: len(webhook.site.guard) <= LIMIT)
     closed = [await _closed_by_server(reader) for reader, _ in idle]
     assert sum(closed) >= 2 * LIMIT and not all(closed[-LIMIT + 1 :])
@@ -84,20 +96,55 @@ async def test_idle_connections_beyond_the_limit_are_closed_and_admissions_go_on
     await wait_until(lambda: len(webhook.site.guard) == 0, what="the held connections to be released")
 
 
-async def test_a_request_in_progress_is_never_evicted(webhook: Serving, tls_dir: Path) -> None:
-    """A client in the middle of sending its body keeps its connection while a flood of idle ones comes in."""
+async def test_one_client_holds_at_most_its_share_of_the_connections(webhook: Serving, tls_dir: Path) -> None:
+    """A pod opening connections in a loop takes a quarter of the listener, not all of it."""
+    share = webhook.site.guard.per_peer
+    assert share == LIMIT // 4
+    flood = [await _connect(webhook.port, 9) for _ in range(3 * LIMIT)]
+    closed = [await _closed_by_server(reader) for reader, _ in flood]
+    assert len(closed) - sum(closed) == share
+    assert await _admit(webhook.port, tls_dir) == 200
+    for _, writer in flood:
+        writer.close()
+
+
+async def test_clients_trickling_bodies_cannot_keep_every_connection_busy(webhook: Serving, tls_dir: Path) -> None:
+    """Requests whose bodies arrive a byte at a time, from many clients, fill every connection; each counts as
+    busy, but once it has waited SLOW_BODY_SECONDS for its body it may be cut to make room, so an admission from
+    another client is still answered (all of them were refused before)."""
     context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
-    reader, writer = await asyncio.open_connection("127.0.0.1", webhook.port, ssl=context)
+    head = b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    slow = []
+    for i in range(LIMIT):
+        reader, writer = await _connect(webhook.port, i, context)
+        writer.write(head)
+        await writer.drain()
+        slow.append((reader, writer))
+    await wait_until(lambda: len(webhook.site.guard.awaiting) == LIMIT, what="every connection to wait for a body")
+    await asyncio.sleep(SLOW_BODY_SECONDS)
+    assert await _admit(webhook.port, tls_dir) == 200
+    assert (
+        _registry(webhook).get_sample_value("gpupack_server_connections_refused_total", {"listener": "serving"}) is None
+    )
+    for _, writer in slow:
+        writer.close()
+
+
+async def test_a_request_in_progress_is_never_evicted(webhook: Serving, tls_dir: Path) -> None:
+    """A client in the middle of sending its body (quickly: under SLOW_BODY_SECONDS) keeps its connection while
+    a flood of connections comes in."""
+    context = ssl.create_default_context(cafile=str(tls_dir / "ca.crt"))
+    reader, writer = await _connect(webhook.port, 100, context)
     body = orjson.dumps(admission_review(make_pod({W + "workload": "inference"})))
     head = f"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     writer.write(head.encode() + body[:10])
     await writer.drain()
-    await asyncio.sleep(0.2)  # the handler is now waiting for the rest of the body
+    await wait_until(lambda: len(webhook.site.guard.awaiting) == 1, what="the handler to wait for the body")
     # Each flood connection sends a request, so all are as eligible as the busy one and more recently active:
     # only its request in progress keeps the busy one from being the next evicted.
     flood = []
-    for _ in range(2 * LIMIT):
-        r, w = await asyncio.open_connection("127.0.0.1", webhook.port, ssl=context)
+    for i in range(2 * LIMIT):
+        r, w = await _connect(webhook.port, i % 8, context)
         w.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         await r.readuntil(b"ok\n")
         flood.append((r, w))
@@ -108,26 +155,35 @@ async def test_a_request_in_progress_is_never_evicted(webhook: Serving, tls_dir:
         other.close()
 
 
+class _Busy:
+    _request_in_progress = True
+    _messages = ()
+    _request_count = 1
+
+
+class _Transport(asyncio.Transport):
+    aborted = False
+
+    def __init__(self, peer: str) -> None:
+        super().__init__()
+        self._peer = peer
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return (self._peer, 1234) if name == "peername" else default
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
 async def test_when_every_connection_is_busy_a_new_one_is_refused() -> None:
-    class Busy:
-        _request_in_progress = True
-        _messages = ()
-        _request_count = 1
-
-    class Transport(asyncio.Transport):
-        aborted = False
-
-        def abort(self) -> None:
-            self.aborted = True
-
-    registry = CollectorRegistry()
     from gpupack.connections import ConnectionMetrics
 
-    guard = ConnectionGuard(2, "serving", ConnectionMetrics(registry))
-    held = [Transport(), Transport()]
-    assert all(guard.admit(t, t, Busy()) for t in held)
-    assert guard.admit(object(), Transport(), Busy()) is False
-    assert not any(t.aborted for t in held) and len(guard) == 2
+    registry = CollectorRegistry()
+    guard = ConnectionGuard(8, "serving", ConnectionMetrics(registry))
+    held = [_Transport(f"10.0.0.{i}") for i in range(8)]
+    assert all(guard.admit(t, t, _Busy()) for t in held)
+    assert guard.admit(object(), _Transport("10.0.0.99"), _Busy()) is False
+    assert not any(t.aborted for t in held) and len(guard) == 8
     assert registry.get_sample_value("gpupack_server_connections_refused_total", {"listener": "serving"}) == 1
 
 
@@ -140,7 +196,7 @@ async def test_a_keep_alive_client_outlives_connections_that_never_sent_a_reques
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=1)) as session:
         async with session.post(url, data=body) as first:
             assert first.status == 200
-        flood = [await asyncio.open_connection("127.0.0.1", webhook.port) for _ in range(3 * LIMIT)]
+        flood = [await _connect(webhook.port, i % 8) for i in range(3 * LIMIT)]
         async with session.post(url, data=body) as second:
             assert second.status == 200
         connector = session.connector

@@ -53,6 +53,6 @@ def test_invalid_scheduler_settings_name_the_field(doc: bytes, named: str) -> No
 
 def test_a_poll_slower_than_a_leases_life_is_refused() -> None:
     """Polled every 60 s with no grace, a live scheduler would look dead for most of each minute."""
-    with pytest.raises(PolicyError, match="pollSeconds .60. must be shorter"):
+    with pytest.raises(PolicyError, match=r"pollSeconds \(60\) must be shorter"):
         parse_policy(b"scheduler: {pollSeconds: 60, graceSeconds: 0}")
     assert parse_policy(b"scheduler: {pollSeconds: 20, graceSeconds: 10}").scheduler.poll_seconds == 20

@@ -63,7 +63,7 @@ class AdmissionReview(_Wire):
     request: AdmissionRequest
 
 
-LARGE_BODY = 256 * 1024
+LARGE_BODY = 64 * 1024
 """Reviews from this size on (the API server's are a few KiB) are handled one at a time, with the garbage
 collector paused (`PAUSED_GC`): see `webhook.app._handle_large`."""
 
