@@ -153,9 +153,15 @@ def pod_requests(spec: Mapping[str, Any], shared_resource: str = contract.RESOUR
     return total
 
 
+MAX_SHAPE_KEY = 4096
+"""The largest resources shape (JSON bytes) that is cached: a real one is a few hundred bytes; caching 20 MB
+shapes let 60 requests take the extender past its 1 Gi limit."""
+
+
 class RequestsCache:
     """Requests by the shape of a pod's container resources. The pods of one Deployment or Job share a shape:
-    each shape is parsed once, and its requests tuple is held once for all of them (150,000 pods)."""
+    each shape is parsed once, and its requests tuple is held once for all of them (150,000 pods). Shapes larger
+    than MAX_SHAPE_KEY are parsed every time and never kept."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
@@ -180,6 +186,8 @@ class RequestsCache:
             )
         except (TypeError, AttributeError):  # not the shape of a pod spec: let pod_requests say why
             return tuple(pod_requests(spec, shared_resource).items())
+        if len(key) > MAX_SHAPE_KEY:
+            return tuple(pod_requests(spec, shared_resource).items())
         found = self._cache.get(key)
         if found is None:
             found = tuple(pod_requests(spec, shared_resource).items())
@@ -193,10 +201,18 @@ def _owned_by_statefulset(meta: Mapping[str, Any]) -> bool:
     return any(isinstance(o, dict) and o.get("kind") == "StatefulSet" for o in meta.get("ownerReferences") or [])
 
 
+MAX_KEY = 512
+"""The longest pod key kept (a uid is 36 characters, namespace/name at most 317): an assumption is held for
+`assumeSeconds`, and 20 MB uids took 339 MB for 20 requests."""
+
+
 def pod_key(meta: Mapping[str, Any]) -> str:
     """How the extender names a pod: its uid, else namespace/name. The assume cache and the watch must agree,
-    so that a pod seen bound replaces its assumption."""
-    return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    so that a pod seen bound replaces its assumption. Raises DemandError for a key no Kubernetes object has."""
+    key = str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    if len(key) > MAX_KEY:
+        raise DemandError(f"Pod.metadata: a uid or name of {len(key)} characters is no Kubernetes pod's")
+    return key
 
 
 def _workload_class(value: object) -> WorkloadClass | None:

@@ -38,6 +38,7 @@ class CertificateReloader:
         self._files = (cert_file, key_file)
         self._applied = files_digest(self._files)
         self._problem: str | None = None
+        self._expired_said: datetime.datetime | None = None
         self.expires = expires
         """When the certificate in use expires."""
         self._on_loaded = on_loaded
@@ -55,6 +56,7 @@ class CertificateReloader:
 
     def poll(self) -> bool:
         """Check the files once; True when a new certificate took effect."""
+        self._say_if_expired()
         digest = files_digest(self._files)
         if digest is None:
             self._failed(unreadable(self._files) or "the certificate files changed while being read")
@@ -74,6 +76,18 @@ class CertificateReloader:
         if self._on_loaded is not None:
             self._on_loaded(expires)
         return True
+
+    def _say_if_expired(self) -> None:
+        """The certificate in use has expired (no valid one replaced it in time): clients refuse every handshake.
+        Said once per certificate, as an ERROR: nothing the service does can fix it, the Secret must be renewed."""
+        if self._expired_said == self.expires or datetime.datetime.now(datetime.UTC) <= self.expires:
+            return
+        self._expired_said = self.expires
+        log.error(
+            "the serving certificate %s expired at %s: every client refuses it until the Secret holds a valid one",
+            self._files[0],
+            f"{self.expires:%Y-%m-%dT%H:%M:%SZ}",
+        )
 
     async def run(self, interval: float) -> None:
         """Poll every `interval` seconds until cancelled."""

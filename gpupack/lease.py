@@ -23,6 +23,9 @@ NotLiveReason = Literal["not-read-yet", "unreadable", "missing", "no-holder", "e
 """Why pods are not sent to the scheduler; stable, they label `gpupack_webhook_unrouted_total`."""
 
 INT32_MAX = 2**31 - 1  # leaseDurationSeconds is an int32 in the API (coordination/v1 types.go)
+MAX_LEASE_SECONDS = 600
+"""The longest a Lease counts as held after a renewal, whatever its `leaseDurationSeconds` (kube-scheduler's is
+15 s): a Lease written with 68 years would send pods to a dead scheduler for as long."""
 _SHOWN = 40  # characters of a bad value quoted in a reason: it goes into every unrouted pod's warning
 
 
@@ -122,6 +125,7 @@ def read_held(raw: Any) -> Renewal | None:
     duration = spec.get("leaseDurationSeconds")
     if isinstance(duration, bool) or not isinstance(duration, int) or not 0 < duration <= INT32_MAX:
         raise InvalidLease(f"spec.leaseDurationSeconds {_show(duration)} is not a positive number of seconds")
+    duration = min(duration, MAX_LEASE_SECONDS)
     return Renewal(holder, _timestamp(spec.get("renewTime"), "spec.renewTime"), duration)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupack.policy import MAX_POLICY_BYTES, Policy, PolicyError, parse_policy, policy_version
-from gpupack.watch import RETRY, poll_changes
+from gpupack.watch import RETRY, NotAFile, poll_changes, read_file
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +36,11 @@ class LoadedPolicy:
 
 
 def _read(path: Path) -> bytes:
-    """The file's bytes, refusing one over MAX_POLICY_BYTES without reading it all."""
-    with path.open("rb") as file:
-        raw = file.read(MAX_POLICY_BYTES + 1)
-    if len(raw) > MAX_POLICY_BYTES:
-        raise PolicyError(f"{path}: larger than a ConfigMap can hold ({MAX_POLICY_BYTES} bytes)")
-    return raw
+    """The file's bytes, refusing one over MAX_POLICY_BYTES (or not a regular file) without reading it all."""
+    try:
+        return read_file(path, MAX_POLICY_BYTES)
+    except NotAFile as exc:
+        raise PolicyError(str(exc)) from exc
 
 
 class ParserFailed(PolicyError):

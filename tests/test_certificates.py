@@ -255,3 +255,20 @@ def test_the_extender_service_refuses_verbs_reachable_by_anyone_however_it_is_bu
             check_exposure(options)
     else:
         check_exposure(options)
+
+
+async def test_a_certificate_that_expires_while_in_use_is_said_once(
+    tmp_path: Path, ca: KeyPair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Served until then, it is refused by every client afterwards: the service cannot fix that, but says it."""
+    # valid for a day and five minutes from `start` (see issue_serving_cert): two more seconds from now
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=1, minutes=5, seconds=-2)
+    _volume(tmp_path, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"], days=1, valid_from=start), 1)
+    with caplog.at_level(logging.ERROR):
+        serving = await _serve(tmp_path, CollectorRegistry())
+        try:
+            await wait_until(lambda: any("expired at" in r.getMessage() for r in caplog.records), timeout=20)
+            await asyncio.sleep(0.1)
+        finally:
+            await serving.stop()
+    assert sum("expired at" in r.getMessage() for r in caplog.records) == 1

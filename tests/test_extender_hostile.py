@@ -362,3 +362,30 @@ async def test_an_empty_value_of_the_right_type_is_valid(
     _set(args, path, value)
     body = await (await client.post("/filter", json=args)).json()
     assert body["Error"] == "" and body["NodeNames"] == args["NodeNames"]
+
+
+def test_a_huge_resources_shape_is_read_but_never_kept() -> None:
+    """Pods whose resources carry a 20 MB value each took the extender past its 1 Gi limit: every shape was
+    cached, up to 4,096 of them."""
+    from extender.demand import MAX_SHAPE_KEY, RequestsCache
+
+    cache = RequestsCache()
+    for i in range(5):
+        padding = {f"example.com/pad{i}": "9" * (MAX_SHAPE_KEY + 1)}  # a resource the extender does not count
+        spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", **padding}}}]}
+        assert dict(cache.requests(spec, "nvidia.com/gpu.shared"))["cpu"] == 1000
+    assert cache._cache == {}
+    small = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    cache.requests(small, "nvidia.com/gpu.shared")
+    assert len(cache._cache) == 1  # the usual shapes still are
+
+
+@pytest.mark.parametrize("field", ["uid", "name"])
+async def test_a_pod_key_no_kubernetes_pod_has_is_refused(aiohttp_client: Any, field: str) -> None:
+    """A 20 MB uid was held as an assumption for 30 s; twenty of them took 339 MB."""
+    client = await client_for(aiohttp_client)
+    args = recorded_args(FILTER)
+    args["Pod"]["metadata"].pop("uid", None)  # the key is the uid, else namespace/name
+    args["Pod"]["metadata"][field] = "u" * 10_000
+    answer = await (await post(client, "filter", orjson.dumps(args))).json()
+    assert "no Kubernetes pod's" in answer["Error"]

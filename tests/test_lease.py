@@ -145,3 +145,8 @@ def test_a_new_holder_is_progress_too() -> None:
     first = observe(REF, lease(), RENEWED)
     taken = observe(REF, lease(holderIdentity="gpupack-scheduler-other"), RENEWED + 30, first)
     assert taken.status(RENEWED + 50, GRACE).live
+
+
+def test_a_lease_of_68_years_counts_as_ten_minutes() -> None:
+    seen = observe(REF, lease(leaseDurationSeconds=2**31 - 1), RENEWED)
+    assert seen.status(RENEWED + 600 + GRACE, GRACE).live and not seen.status(RENEWED + 601 + GRACE, GRACE).live

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -220,3 +221,34 @@ async def test_a_policy_gone_from_the_mount_is_said_once_and_the_policy_stays(
     assert len(said) == 1 and "dangling symlink" in said[0] and store.policy.mode == "audit"
     _configmap_volume(tmp_path, b"mode: audit\nextender: {scoring: spread}\n", 2)
     await wait_until(lambda: store.policy.extender.scoring == "spread")
+
+
+@pytest.mark.parametrize("swap", ["fifo", "device", "huge"])
+async def test_a_file_that_is_no_configmap_key_is_refused_without_reading_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, swap: str
+) -> None:
+    """A FIFO hung the webhook for good (the read waited for a writer, on the event loop), /dev/zero grew it to
+    gigabytes, a 200 MB file was hashed on the loop at every poll. Each is refused, and the loop goes on."""
+    path = tmp_path / "policy.yaml"
+    path.write_bytes(AUDIT)
+    registry = CollectorRegistry()
+    metrics = PolicyMetrics(registry)
+    store = PolicyStore(path, on_reload=metrics.loaded, on_failure=metrics.failed)
+    path.unlink()
+    if swap == "fifo":
+        os.mkfifo(path)
+    elif swap == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        with path.open("wb") as huge:
+            huge.truncate(200 * 1024 * 1024)  # sparse: no 200 MB written to the test's disk
+    watcher = asyncio.create_task(store.watch(0.02))
+    try:
+        with caplog.at_level(logging.ERROR):
+            await wait_until(lambda: _failures(registry) == 1)
+            await asyncio.sleep(0.1)  # more polls, on a loop that still turns
+        assert _failures(registry) == 1 and store.policy.mode == "audit"
+        said = " ".join(r.getMessage() for r in caplog.records)
+        assert "not a regular file" in said or "larger than a ConfigMap" in said
+    finally:
+        watcher.cancel()

@@ -30,7 +30,7 @@ MAX_VALUES: Final = 4096
 """Values over all node affinity match expressions."""
 MAX_OWNERS: Final = 64
 MAX_LABELS: Final = 1024
-"""Labels, and annotations, each."""
+"""Labels, annotations, and node selector entries, each."""
 
 
 def _list(value: Any) -> list[Any]:
@@ -67,6 +67,7 @@ def _counts(raw: dict[str, Any]) -> Iterator[tuple[str, int, int]]:
         for table in ("requests", "limits"):
             yield f"a container's resources.{table}", len(_dict(resources.get(table))), MAX_RESOURCES
     yield "spec.tolerations", len(_list(spec.get("tolerations"))), MAX_TOLERATIONS
+    yield "spec.nodeSelector", len(_dict(spec.get("nodeSelector"))), MAX_LABELS
     node = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
     required = _dict(node.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms")
     yield "required node selector terms", len(_list(required)), MAX_TERMS

@@ -61,6 +61,10 @@ def _annotations(pod: dict[str, Any], n: int) -> None:
     pod["metadata"]["annotations"] = {f"a{i}": "v" for i in range(n)}
 
 
+def _node_selector(pod: dict[str, Any], n: int) -> None:
+    pod["spec"]["nodeSelector"] = {f"s{i}": "v" for i in range(n)}
+
+
 def _label_value(pod: dict[str, Any], n: int) -> None:
     pod["metadata"]["labels"]["gpupack.io/gpu-memory"] = "9" * n + "x"
 
@@ -76,6 +80,7 @@ SHAPES: dict[str, tuple[Fill, str]] = {
     "resources": (_resources, "resources.requests"),
     "labels": (_labels, "metadata.labels"),
     "annotations": (_annotations, "metadata.annotations"),
+    "node-selector": (_node_selector, "spec.nodeSelector"),
 }
 """Each shape's builder and the part the webhook's refusal names."""
 
