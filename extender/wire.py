@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from gpupack.jsonbound import json_values_bound
+
 MAX_CANDIDATES = 15_000
 """Candidate nodes (NodeNames, or Nodes items) one request may carry; more is refused before any is decided.
 
@@ -96,7 +98,7 @@ def decoded_bytes_bound(raw: bytes) -> int:
     `BYTES_PER_VALUE`. Characters cost one byte each in an ASCII body; any other byte, or a `\\u` escape, may
     widen a whole string to four bytes per character (one emoji does), so such a body counts four per byte.
     """
-    values = raw.count(b",") + raw.count(b"{") + raw.count(b"[") + 1  # and the top-level value
+    values = json_values_bound(raw)
     per_char = 1 if raw.isascii() and b"\\u" not in raw else 4
     return values * BYTES_PER_VALUE + len(raw) * per_char
 

@@ -17,10 +17,12 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gpupack.jsonbound import json_values_bound
 from gpupack.kube import ClusterFactsCache
 from gpupack.lease_cache import LeaseCache
 from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyError, add_standard_routes, read_body
+from webhook.bounds import MAX_REVIEW_VALUES
 from webhook.metrics import WebhookMetrics
 from webhook.mutate import Decision, InvalidObject, MutationContext, plan
 from webhook.review import (
@@ -130,6 +132,13 @@ async def _handle_large(
             body = await read_body(request, state.settings.body_timeout, state.settings.max_body_bytes)
         except BodyError as exc:
             return _problem(state, exc.status, exc.reason, str(exc))
+        values = json_values_bound(body)
+        if values > MAX_REVIEW_VALUES:
+            message = (
+                f"the review holds up to {values} JSON values, more than the {MAX_REVIEW_VALUES} gpupack decodes "
+                "(a pod's review has a few thousand)"
+            )
+            return _problem(state, 413, "too_large", message)
         if not await _turn(state.large):
             return _problem(state, 503, "busy", "another large admission review is being processed; try again")
         try:
