@@ -65,6 +65,13 @@ def _node_selector(pod: dict[str, Any], n: int) -> None:
     pod["spec"]["nodeSelector"] = {f"s{i}": "v" for i in range(n)}
 
 
+def _env(pod: dict[str, Any], n: int) -> None:
+    """128 containers with `n` environment variables each: within every bound of the pod and of the value count,
+    so the webhook decodes and plans it (the most it ever decodes)."""
+    env = [{"name": f"E{i}", "value": "x" * 80} for i in range(n)]
+    pod["spec"]["containers"] = [{"name": f"c{i}", "image": "i", "env": env} for i in range(128)]
+
+
 def _label_value(pod: dict[str, Any], n: int) -> None:
     pod["metadata"]["labels"]["gpupack.io/gpu-memory"] = "9" * n + "x"
 
@@ -84,7 +91,11 @@ SHAPES: dict[str, tuple[Fill, str]] = {
 }
 """Each shape's builder and the part the webhook's refusal names."""
 
-ALL_SHAPES: dict[str, Fill] = {**{name: fill for name, (fill, _) in SHAPES.items()}, "label-value": _label_value}
+ALL_SHAPES: dict[str, Fill] = {
+    **{name: fill for name, (fill, _) in SHAPES.items()},
+    "label-value": _label_value,
+    "env (planned)": _env,
+}
 
 
 def largest(fill: Fill, labels: dict[str, str], limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
