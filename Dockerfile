@@ -8,6 +8,7 @@ COPY extender ./extender
 COPY certs ./certs
 COPY demo ./demo
 COPY simulator ./simulator
+COPY report ./report
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

@@ -1,0 +1,279 @@
+"""The report as data: findings, the per-node table, the summary in the guide's terms, savings and the
+before/after comparison. Renderers (terminal, JSON, HTML) only format this; nothing here queries anything.
+
+Every finding has a stable `kind` (admins grep for it and alert on it), a `severity`, what it concerns (node, GPU,
+pod, workload: whichever apply), its evidence as numbers, and the action to take in words a person can follow: a
+label to add, a command to run, a policy field to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from report.usage import NodeUsage, Window
+
+Severity = Literal["high", "medium", "low", "info"]
+NodeClass = Literal["idle", "underused", "ok", "hot", "unknown"]
+Evidence = Mapping[str, float | int | str | None]
+
+SEVERITY_ORDER: Mapping[str, int] = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The numbers findings compare against; the guide's values are the defaults."""
+
+    idle: float = 10.0
+    """A node whose mean utilization over the window is under this (percent) is `idle`: handle these first."""
+    underused: float = 30.0
+    """Under this it is `underused`: in scope for sharing and scale-down."""
+    hot: float = 85.0
+    """Over this it is `hot`: the guide's alert level, capacity may be short."""
+    held_memory: float = 0.5
+    """A GPU holds its memory when at least this fraction of its framebuffer is used..."""
+    held_compute: float = 10.0
+    """...while its compute is under this (percent)..."""
+    held_fraction: float = 0.5
+    """...for at least this fraction of the window: `memory-held-idle`."""
+    light_kernels_util: float = 50.0
+    """`light-kernels`: GPU_UTIL at least this (percent)..."""
+    light_kernels_engine: float = 25.0
+    """...while engine activity is under this (percent): busy by one measure, mostly idle by the other."""
+    mig_near_oom: float = 0.9
+    """`mig-near-oom`: a MIG instance's framebuffer use at this fraction of its profile's memory or more."""
+    oversized_util: float = 30.0
+    """`oversized-workload`: whole-GPU pods under this utilization (percent)..."""
+    oversized_memory: float = 0.5
+    """...and under this fraction of the framebuffer: a MIG slice or a time-sliced replica would do."""
+
+    def node_class(self, util: float | None) -> NodeClass:
+        """The guide's class of a node by its mean utilization (percent)."""
+        if util is None:
+            return "unknown"
+        if util < self.idle:
+            return "idle"
+        if util < self.underused:
+            return "underused"
+        if util > self.hot:
+            return "hot"
+        return "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing the admin should know, with the evidence and the action."""
+
+    kind: str
+    severity: Severity
+    action: str
+    node: str | None = None
+    gpu: str | None = None
+    pod: str | None = None
+    """`namespace/name`."""
+    workload: str | None = None
+    """`Kind namespace/name` of the controller that owns the pod (a ReplicaSet resolved to its Deployment)."""
+    evidence: Evidence = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The `findings[]` item of `--json`."""
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "node": self.node,
+            "gpu": self.gpu,
+            "pod": self.pod,
+            "workload": self.workload,
+            "evidence": dict(self.evidence),
+            "action": self.action,
+        }
+
+
+def sort_findings(findings: Sequence[Finding]) -> list[Finding]:
+    """Most severe first, then by kind and what it concerns (a stable order for people and for diffs)."""
+    return sorted(
+        findings,
+        key=lambda f: (SEVERITY_ORDER[f.severity], f.kind, f.node or "", f.gpu or "", f.workload or "", f.pod or ""),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node of the table: its usage and its class."""
+
+    usage: NodeUsage
+    node_class: NodeClass
+    spot: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        """The `nodes[]` item of `--json` (utilization in percent)."""
+        u = self.usage
+        return {
+            "node": u.node,
+            "model": u.model,
+            "gpus": u.gpus,
+            "util_mean": _round(u.util_mean),
+            "util_p95": _round(u.util_p95),
+            "fb_used_fraction": _round(u.fb_used_fraction, 3),
+            "class": self.node_class,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The guide's numbers for the window."""
+
+    gpu_util_mean: float | None
+    """Mean utilization over every GPU seen, percent."""
+    gpus: int
+    gpu_nodes: int
+    nodes_idle: int
+    nodes_underused: int
+    """Nodes under the underused threshold, the idle ones included (the guide: "nodes under 30 %")."""
+    nodes_hot: int
+    idle_gpu_hours: float
+    """GPU-hours of capacity not used: each GPU's hours times (1 - its utilization)."""
+    idle_cost: float | None
+    """Their price, when prices were given; None otherwise (no price is invented)."""
+    currency: str | None = None
+    advice: str = ""
+    """What the guide says to do first, in one sentence."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The `summary` object of `--json`."""
+        return {
+            "gpu_util_mean": _round(self.gpu_util_mean),
+            "gpus": self.gpus,
+            "gpu_nodes": self.gpu_nodes,
+            "nodes_idle": self.nodes_idle,
+            "nodes_underused": self.nodes_underused,
+            "nodes_hot": self.nodes_hot,
+            "idle_gpu_hours": round(self.idle_gpu_hours, 1),
+            "idle_cost": None if self.idle_cost is None else round(self.idle_cost, 2),
+            "currency": self.currency,
+            "advice": self.advice,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Savings:
+    """What gpupack would change: the running pods replayed through its admission and placement."""
+
+    gpu_nodes_now: int
+    gpu_nodes_needed: int
+    removable: tuple[str, ...]
+    """Nodes left empty by the replay, which Cluster Autoscaler could then remove."""
+    removable_gpu_hours: float
+    """Their GPUs times the window's hours."""
+    removable_cost: float | None
+    unplaced: tuple[str, ...] = ()
+    """Pods the replay could not place (they would wait for capacity)."""
+
+    def as_json(self) -> dict[str, Any]:
+        """The `savings` object of `--json`."""
+        return {
+            "gpu_nodes_now": self.gpu_nodes_now,
+            "gpu_nodes_needed": self.gpu_nodes_needed,
+            "removable": list(self.removable),
+            "removable_gpu_hours": round(self.removable_gpu_hours, 1),
+            "removable_cost": None if self.removable_cost is None else round(self.removable_cost, 2),
+            "unplaced": list(self.unplaced),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """One side of a before/after comparison."""
+
+    window: Window
+    gpu_util_mean: float | None
+    """Mean utilization of the GPUs in use (utilization above zero), percent."""
+    gpus_in_use: float
+    gpu_nodes_in_use: float
+    gpu_hours: float
+    work: float | None
+    """Units of work done: busy GPU-hours by default, or the `--work-query` metric's total."""
+
+    @property
+    def gpu_hours_per_work(self) -> float | None:
+        """GPU-hours per unit of work (lower is better)."""
+        return self.gpu_hours / self.work if self.work else None
+
+    def as_json(self) -> dict[str, Any]:
+        """One side of `compare`."""
+        return {
+            "window": window_json(self.window),
+            "gpu_util_mean": _round(self.gpu_util_mean),
+            "gpus_in_use": round(self.gpus_in_use, 2),
+            "gpu_nodes_in_use": round(self.gpu_nodes_in_use, 2),
+            "gpu_hours": round(self.gpu_hours, 1),
+            "work": None if self.work is None else round(self.work, 3),
+            "gpu_hours_per_work": _round(self.gpu_hours_per_work, 4),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """`--before A..B --after C..D`: the guide's two numbers on each side, and whether the change worked."""
+
+    before: Period
+    after: Period
+    work_unit: str
+    effective: bool
+    verdict: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The `compare` object of `--json`."""
+        return {
+            "before": self.before.as_json(),
+            "after": self.after.as_json(),
+            "work_unit": self.work_unit,
+            "effective": self.effective,
+            "verdict": self.verdict,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """Everything the renderers show."""
+
+    window: Window
+    source: str
+    metric: str
+    summary: Summary
+    nodes: tuple[NodeRow, ...]
+    findings: tuple[Finding, ...]
+    hourly: Mapping[str, tuple[float | None, ...]] = field(default_factory=dict)
+    """Per node, the mean utilization of each hour of the window (the HTML heatmap)."""
+    savings: Savings | None = None
+    compare: Comparison | None = None
+    thresholds: Thresholds = Thresholds()
+
+    def as_json(self) -> dict[str, Any]:
+        """The whole `--json` document (README, "gpupack report")."""
+        return {
+            "window": window_json(self.window),
+            "source": self.source,
+            "metric": self.metric,
+            "summary": self.summary.as_json(),
+            "nodes": [row.as_json() for row in self.nodes],
+            "findings": [f.as_json() for f in self.findings],
+            "savings": None if self.savings is None else self.savings.as_json(),
+            "compare": None if self.compare is None else self.compare.as_json(),
+        }
+
+
+def iso(seconds: float) -> str:
+    """An instant as RFC 3339 in UTC, to the second."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def window_json(window: Window) -> dict[str, str]:
+    """`{"start", "end"}` in RFC 3339."""
+    return {"start": iso(window.start), "end": iso(window.end)}
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
