@@ -152,6 +152,28 @@ class ClusterFactsCache:
             await asyncio.sleep(interval())
 
 
+class KubeClusterObjects:
+    """Lists what `gpupack report` judges: nodes, pods, PodDisruptionBudgets and DaemonSets (all namespaces),
+    paginated and raw, each item given its kind (list items carry none)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        core, policy, apps = client.CoreV1Api(api), client.PolicyV1Api(api), client.AppsV1Api(api)
+        self._calls: list[tuple[str, Callable[..., Any]]] = [
+            ("Node", core.list_node),
+            ("Pod", core.list_pod_for_all_namespaces),
+            ("PodDisruptionBudget", policy.list_pod_disruption_budget_for_all_namespaces),
+            ("DaemonSet", apps.list_daemon_set_for_all_namespaces),
+        ]
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every object of the four kinds. Raises the client's errors (ApiException, urllib3's) as they are."""
+        objects: list[dict[str, Any]] = []
+        for kind, call in self._calls:
+            for page, _ in list_pages(call):
+                objects += [{**item, "kind": kind} for item in page if isinstance(item, dict)]
+        return objects
+
+
 LEASE_TIMEOUT = 5.0
 """Seconds one read of the Lease may take: a hung read delays the next one, and the last one ages meanwhile."""
 

@@ -249,7 +249,7 @@ class Report:
     """Per node, the mean utilization of each hour of the window (the HTML heatmap)."""
     savings: Savings | None = None
     compare: Comparison | None = None
-    thresholds: Thresholds = Thresholds()
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
     def as_json(self) -> dict[str, Any]:
         """The whole `--json` document (README, "gpupack report")."""

@@ -1,0 +1,177 @@
+"""The cluster the report judges: nodes, pods, PodDisruptionBudgets and DaemonSets as the API returns them, from
+`kubectl get nodes,pods,pdb,daemonsets -A -o json` or read through the API (`gpupack.kube.read_cluster_objects`).
+
+Objects stay raw JSON (the findings read a few fields each); this module answers the questions several findings
+ask: which pods run on a node, what a pod requests, which workload owns it, whether a node is spot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from extender.demand import DemandError, pod_requests
+from gpupack import contract
+from gpupack.policy import Policy
+
+MAX_CLUSTER_BYTES = 2 * 1024**3
+"""The largest cluster file read (150,000 pods are about 1 GB of `kubectl get -o json`)."""
+FINISHED = ("Succeeded", "Failed")
+KINDS = {"Node": "nodes", "Pod": "pods", "PodDisruptionBudget": "pdbs", "DaemonSet": "daemonsets"}
+
+
+class ClusterError(ValueError):
+    """A cluster file that cannot be read; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The objects, grouped by kind."""
+
+    nodes: tuple[dict[str, Any], ...] = ()
+    pods: tuple[dict[str, Any], ...] = ()
+    pdbs: tuple[dict[str, Any], ...] = ()
+    daemonsets: tuple[dict[str, Any], ...] = ()
+    source: str = "cluster"
+    _by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
+
+    @cached_property
+    def node_by_name(self) -> dict[str, dict[str, Any]]:
+        """Nodes by name."""
+        return {name(n): n for n in self.nodes}
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to `node` that have not finished."""
+        if not self._by_node:
+            for pod in self.pods:
+                where = (pod.get("spec") or {}).get("nodeName")
+                if where and (pod.get("status") or {}).get("phase") not in FINISHED:
+                    self._by_node.setdefault(where, []).append(pod)
+        return self._by_node.get(node, [])
+
+
+def name(obj: Mapping[str, Any]) -> str:
+    """`metadata.name`."""
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def key(obj: Mapping[str, Any]) -> str:
+    """`namespace/name`, as DCGM's pod labels and the findings name pods."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """`metadata.labels`, empty when absent or malformed."""
+    found = (obj.get("metadata") or {}).get("labels")
+    return found if isinstance(found, dict) else {}
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    """`metadata.annotations`, empty when absent or malformed."""
+    found = (obj.get("metadata") or {}).get("annotations")
+    return found if isinstance(found, dict) else {}
+
+
+def controller(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The owner reference with `controller: true`, if any."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
+def workload(pod: Mapping[str, Any]) -> str | None:
+    """`Kind namespace/name` of the controller a person manages: a ReplicaSet resolves to its Deployment (the
+    ReplicaSet's name is the Deployment's plus `-<pod-template-hash>`), a Job to itself."""
+    owner = controller(pod)
+    if owner is None:
+        return None
+    kind, owner_name = str(owner.get("kind") or ""), str(owner.get("name") or "")
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    template_hash = labels_of(pod).get("pod-template-hash")
+    if kind == "ReplicaSet" and template_hash and owner_name.endswith(f"-{template_hash}"):
+        return f"Deployment {namespace}/{owner_name.removesuffix(f'-{template_hash}')}"
+    return f"{kind} {namespace}/{owner_name}"
+
+
+def requests(pod: Mapping[str, Any], policy: Policy) -> dict[str, int]:
+    """What the pod requests, as the extender reads it (`extender.demand.pod_requests`); empty when unreadable."""
+    try:
+        return pod_requests(pod.get("spec") or {}, policy.time_slicing.resource_name)
+    except DemandError:
+        return {}
+
+
+def gpu_resources(pod: Mapping[str, Any], policy: Policy) -> dict[str, int]:
+    """The GPU resources the pod requests (whole GPUs, time-sliced replicas, MIG instances)."""
+    shared = policy.time_slicing.resource_name
+    return {r: n for r, n in requests(pod, policy).items() if contract.is_gpu_resource(r, shared) and n > 0}
+
+
+def is_spot(node: Mapping[str, Any], policy: Policy) -> bool:
+    """Whether the node carries the policy's spot label."""
+    return labels_of(node).get(policy.spot.label.key) == policy.spot.label.value
+
+
+def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
+    """Owned by a DaemonSet (Cluster Autoscaler does not drain those)."""
+    owner = controller(pod)
+    return owner is not None and owner.get("kind") == "DaemonSet"
+
+
+def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") -> Cluster:
+    """Group objects by kind; other kinds are ignored (a `kubectl get all` output works too)."""
+    grouped: dict[str, list[dict[str, Any]]] = {v: [] for v in KINDS.values()}
+    for obj in objects:
+        group = KINDS.get(str(obj.get("kind") or ""))
+        if group is not None and isinstance(obj, dict):
+            grouped[group].append(obj)
+    return Cluster(
+        nodes=tuple(grouped["nodes"]),
+        pods=tuple(grouped["pods"]),
+        pdbs=tuple(grouped["pdbs"]),
+        daemonsets=tuple(grouped["daemonsets"]),
+        source=source,
+    )
+
+
+def _items(document: Any, where: str) -> list[Mapping[str, Any]]:
+    """The objects of a List (items inheriting the list's kind: `NodeList` items are Nodes), or one object."""
+    if not isinstance(document, dict):
+        raise ClusterError(f"{where}: expected a JSON object (kubectl get ... -o json)")
+    if "items" not in document:
+        return [document]
+    items = document.get("items")
+    if not isinstance(items, list):
+        raise ClusterError(f"{where}: `items` must be a list")
+    list_kind = str(document.get("kind") or "")
+    default = list_kind.removesuffix("List") if list_kind.endswith("List") and list_kind != "List" else ""
+    out: list[Mapping[str, Any]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise ClusterError(f"{where}: items[{i}] is not an object")
+        out.append(item if item.get("kind") or not default else {**item, "kind": default})
+    return out
+
+
+def read_cluster_file(paths: Iterable[Path]) -> Cluster:
+    """Objects from `kubectl get nodes,pods,pdb,daemonsets -A -o json` output, in one file or several. Raises
+    ClusterError (naming the file) or OSError."""
+    objects: list[Mapping[str, Any]] = []
+    names = []
+    for path in paths:
+        names.append(path.name)
+        size = path.stat().st_size
+        if size > MAX_CLUSTER_BYTES:
+            raise ClusterError(f"{path}: {size} bytes is more than a cluster's objects ({MAX_CLUSTER_BYTES})")
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ClusterError(f"{path}: not JSON (kubectl get ... -o json): {exc}") from exc
+        objects += _items(document, str(path))
+    return from_objects(objects, ", ".join(names))

@@ -1,0 +1,68 @@
+"""What every finding reads, computed once: the window's usage per node and GPU, the cluster's pods per GPU, the
+node classes, and prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from gpupack.policy import Policy
+from report.cluster import Cluster, is_spot, key
+from report.document import NodeClass, Thresholds
+from report.prices import Prices
+from report.usage import GpuUsage, NodeUsage, Usage
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The window's usage, the cluster (None when the report has no cluster source), the policy gpupack would
+    apply, the thresholds and the prices (None: GPU-hours only)."""
+
+    usage: Usage
+    cluster: Cluster | None
+    policy: Policy
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    prices: Prices | None = None
+
+    @cached_property
+    def nodes(self) -> dict[str, NodeUsage]:
+        """Per node, its usage."""
+        return self.usage.nodes()
+
+    @cached_property
+    def physical(self) -> list[GpuUsage]:
+        """Whole GPUs (MIG instances folded)."""
+        return self.usage.physical()
+
+    @cached_property
+    def classes(self) -> dict[str, NodeClass]:
+        """Per node, the guide's class by its mean utilization."""
+        return {name: self.thresholds.node_class(node.util_mean) for name, node in self.nodes.items()}
+
+    def spot(self, node: str) -> bool:
+        """Whether the node is a spot node (by the policy's label; False when the cluster is unknown)."""
+        found = self.cluster.node_by_name.get(node) if self.cluster is not None else None
+        return found is not None and is_spot(found, self.policy)
+
+    def price(self, node: str) -> float | None:
+        """What one GPU-hour of `node` costs, None without prices or a matching entry."""
+        if self.prices is None:
+            return None
+        return self.prices.per_gpu_hour(self.nodes[node].model if node in self.nodes else None, self.spot(node))
+
+    def idle_gpu_hours(self, node: str) -> float:
+        """GPU-hours of the node's capacity not used over the window: GPUs x hours x (1 - utilization)."""
+        usage = self.nodes[node]
+        util = usage.util_mean or 0.0
+        return usage.gpus * self.usage.window.hours * max(0.0, 1.0 - util / 100.0)
+
+    @cached_property
+    def pods_by_key(self) -> dict[str, dict[str, Any]]:
+        """The cluster's pods by `namespace/name`."""
+        return {key(p): p for p in self.cluster.pods} if self.cluster is not None else {}
+
+    def pods_of(self, gpu: GpuUsage) -> list[dict[str, Any]]:
+        """The cluster's pods the exporter mapped to `gpu` (none when the source maps no pods, or the pods are
+        gone from the cluster)."""
+        return [self.pods_by_key[p] for p in sorted(gpu.pods) if p in self.pods_by_key]

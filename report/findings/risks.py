@@ -1,0 +1,77 @@
+"""Pods where sharing or spot puts them at risk: latency-critical or unlabelled inference on time-sliced GPUs
+(the guide's pitfall 3: a neighbour's kernels slow it), and inference or StatefulSet pods on spot nodes (the
+guide's warning: an interruption takes a service down or loses state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupack import contract
+from report.cluster import controller, gpu_resources, key, labels_of, workload
+from report.document import Finding
+from report.findings.inputs import Inputs
+
+
+def _latency_critical(pod: dict[str, Any]) -> bool:
+    """Labelled critical, or inference without a latency label (critical is the default), or not labelled for
+    gpupack at all (nobody said it tolerates sharing)."""
+    found = labels_of(pod)
+    latency = found.get(contract.LABEL_LATENCY)
+    if latency is not None:
+        return latency == "critical"
+    return found.get(contract.LABEL_WORKLOAD) in (None, "inference")
+
+
+def _inference_or_stateful(pod: dict[str, Any]) -> str | None:
+    """Why a pod must stay off spot, or None."""
+    owner = controller(pod)
+    if owner is not None and owner.get("kind") == "StatefulSet":
+        return "StatefulSet pod"
+    if labels_of(pod).get(contract.LABEL_WORKLOAD) == "inference":
+        return "inference pod"
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if isinstance(annotations, dict) and annotations.get(contract.ANNOTATION_CLASS) == "inference":
+        return "inference pod"
+    return None
+
+
+def findings(inputs: Inputs) -> list[Finding]:
+    """`shared-latency-critical` and `inference-on-spot`, one per pod."""
+    assert inputs.cluster is not None
+    shared = inputs.policy.time_slicing.resource_name
+    out: list[Finding] = []
+    for pod in inputs.cluster.pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        resources = gpu_resources(pod, inputs.policy)
+        if shared in resources and _latency_critical(pod):
+            out.append(
+                Finding(
+                    "shared-latency-critical",
+                    "high",
+                    f"a time-sliced GPU shares its kernels with neighbours: give it a MIG slice "
+                    f"({contract.LABEL_WORKLOAD}=inference, {contract.LABEL_GPU_MEMORY}=<its model's memory>), or "
+                    f"say it tolerates sharing ({contract.LABEL_LATENCY}=tolerant)",
+                    node=str(node),
+                    pod=key(pod),
+                    workload=workload(pod),
+                    evidence={"resource": shared, "latency": labels_of(pod).get(contract.LABEL_LATENCY) or "unset"},
+                )
+            )
+        why = _inference_or_stateful(pod)
+        if why is not None and inputs.spot(str(node)):
+            label = f"{inputs.policy.spot.label.key}={inputs.policy.spot.label.value}"
+            out.append(
+                Finding(
+                    "inference-on-spot",
+                    "high",
+                    f"a spot interruption takes it down: label it {contract.LABEL_WORKLOAD}=inference (gpupack then "
+                    f"requires nodes without {label}), or add that node affinity yourself",
+                    node=str(node),
+                    pod=key(pod),
+                    workload=workload(pod),
+                    evidence={"why": why, "gpu_resources": ", ".join(sorted(resources)) or None},
+                )
+            )
+    return out

@@ -1,0 +1,73 @@
+"""Idle, underused and hot nodes by the guide's thresholds, and GPUs that look busy by GPU_UTIL while their engine
+is mostly idle (`light-kernels`)."""
+
+from __future__ import annotations
+
+from report.document import Finding
+from report.findings.inputs import Inputs
+
+
+def _money(inputs: Inputs, node: str) -> dict[str, float | None]:
+    hours = inputs.idle_gpu_hours(node)
+    price = inputs.price(node)
+    return {"idle_gpu_hours": round(hours, 1), "cost": None if price is None else round(hours * price, 2)}
+
+
+def findings(inputs: Inputs) -> list[Finding]:
+    """One finding per idle, underused or hot node, and one per GPU with light kernels."""
+    t = inputs.thresholds
+    out: list[Finding] = []
+    for name, node in inputs.nodes.items():
+        node_class = inputs.classes[name]
+        evidence = {"util_mean": node.util_mean, "util_p95": node.util_p95, "gpus": node.gpus, **_money(inputs, name)}
+        if node_class == "idle":
+            out.append(
+                Finding(
+                    "idle-node",
+                    "high",
+                    f"handle first: under {t.idle:g} % for the window. Label its GPU pods for gpupack "
+                    "(gpupack.io/workload) so they are packed onto busier nodes, and clear its scale-down "
+                    "blockers so Cluster Autoscaler removes it",
+                    node=name,
+                    evidence=evidence,
+                )
+            )
+        elif node_class == "underused":
+            out.append(
+                Finding(
+                    "underused-node",
+                    "medium",
+                    f"in scope: under {t.underused:g} %. Share its GPUs (MIG or time-slicing through the "
+                    "gpupack.io/workload label) and let the autoscaler remove the nodes packing empties",
+                    node=name,
+                    evidence=evidence,
+                )
+            )
+        elif node_class == "hot":
+            out.append(
+                Finding(
+                    "hot-node",
+                    "medium",
+                    f"over {t.hot:g} %, the guide's alert level: capacity may be short; keep latency-critical "
+                    "pods off it (gpupack's extender skips hot nodes for them) and add GPUs if pods wait",
+                    node=name,
+                    evidence={"util_mean": node.util_mean, "util_p95": node.util_p95, "gpus": node.gpus},
+                )
+            )
+    for gpu in inputs.physical:
+        if gpu.util_mean is None or gpu.engine_mean is None:
+            continue
+        if gpu.util_mean >= t.light_kernels_util and gpu.engine_mean < t.light_kernels_engine:
+            out.append(
+                Finding(
+                    "light-kernels",
+                    "low",
+                    "busy by GPU_UTIL (some kernel is running) but its engine is mostly idle: a candidate for "
+                    "sharing (gpupack.io/sharing: mig or time-slicing); classes follow GPU_UTIL unless the report "
+                    "runs with --metric engine-active",
+                    node=gpu.node,
+                    gpu=gpu.gpu,
+                    evidence={"util_mean": round(gpu.util_mean, 1), "engine_mean": round(gpu.engine_mean, 1)},
+                )
+            )
+    return out
