@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -163,10 +164,14 @@ def summarize(node: str, index: str, gpu: _Gpu, window: Window, thresholds: Thre
         for _, u, m, t in inside
         if u is not None and m is not None and t
     ]
+    times = sorted(at for at, _, _, _ in inside)
+    steps = sorted(b - a for a, b in itertools.pairwise(times) if b > a)
+    spacing = steps[len(steps) // 2] if steps else INTERVAL_SECONDS
     return GpuUsage(
         node=node,
         gpu=index,
         model=gpu.name,
+        hours=min(len(times) * spacing, window.seconds) / 3600.0,
         util_mean=sum(utils) / len(utils) if utils else None,
         util_p95=_p95(utils) if utils else None,
         fb_used_mean=sum(used) / len(used) if used else None,

@@ -77,6 +77,13 @@ class GpuUsage:
     """Fraction (0-1) of the window with the framebuffer mostly used and compute mostly idle."""
     pods: frozenset[str] = frozenset()
     """`namespace/name` of the pods the exporter mapped to this GPU during the window."""
+    hours: float | None = None
+    """Hours of the window the GPU was there (it had samples): less than the window when its node came or went
+    (the autoscaler). None when the source cannot tell: the whole window is assumed."""
+
+    def present_hours(self, window: Window) -> float:
+        """Hours the GPU was there, at most the window's."""
+        return window.hours if self.hours is None else min(self.hours, window.hours)
 
     def utilization(self, metric: UtilizationMetric = "gpu-util") -> float | None:
         """The percent that classifies this GPU under `metric`; engine activity where there is no GPU_UTIL."""

@@ -1,0 +1,141 @@
+"""`gpupack report`: read the sources the command line names, build the report, print or write it.
+
+    gpupack report (--prometheus-url URL | --nvidia-smi FILE...) [--kubeconfig F | --in-cluster | --cluster FILE...]
+                   [--window 7d] [--end TIME] [--prices FILE] [--before A..B --after C..D] [--work-query PROMQL]
+                   [--metric gpu-util|engine-active] [--config POLICY] [--json | --html FILE]
+
+Everything is read first, then judged: the sources are the only part that waits on anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from gpupack.policy_store import load_policy_file
+from report.build import build_report
+from report.cluster import Cluster, from_objects, read_cluster_file
+from report.compare import compare, period
+from report.document import Report, Thresholds
+from report.findings import Inputs
+from report.nvidia_smi import NvidiaSmiLogs
+from report.prices import Prices, read_prices
+from report.sources import UsageSource
+from report.usage import Usage, UtilizationMetric, Window
+from report.window import span, window
+
+DEFAULT_WINDOW = "7d"
+"""The guide's: a node under 30 % for a week is in scope."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `report` subcommand's flags."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus-url", help="Prometheus (or Thanos, Mimir, VictoriaMetrics) base URL")
+    source.add_argument(
+        "--nvidia-smi",
+        nargs="+",
+        metavar="FILE",
+        help="nvidia-smi CSV logs, one per node: NODE=FILE, or files named for their nodes",
+    )
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument("--kubeconfig", type=Path, help="read nodes, pods, PDBs and DaemonSets with this kubeconfig")
+    cluster.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
+    cluster.add_argument(
+        "--cluster",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="`kubectl get nodes,pods,pdb,daemonsets -A -o json` output",
+    )
+    parser.add_argument(
+        "--window", help="length of the window (default 7d; nvidia-smi: what the logs cover; Prometheus durations)"
+    )
+    parser.add_argument(
+        "--end", help="end of the window: now, RFC 3339 or epoch seconds (default: now; nvidia-smi: the logs' end)"
+    )
+    parser.add_argument("--prices", type=Path, help="YAML of prices per GPU-hour by model (see examples/prices.yaml)")
+    parser.add_argument("--before", metavar="A..B", help="the window before the change (with --after)")
+    parser.add_argument("--after", metavar="C..D", help="the window after the change (with --before)")
+    parser.add_argument(
+        "--work-query", metavar="PROMQL", help="with Prometheus: the total work of a window, `{window}` substituted"
+    )
+    parser.add_argument(
+        "--metric",
+        choices=["gpu-util", "engine-active"],
+        default="gpu-util",
+        help="what classifies GPUs: DCGM_FI_DEV_GPU_UTIL (default, the guide's) or DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    )
+    parser.add_argument("--config", type=Path, help="the gpupack policy to size and place with (default: built-in)")
+    parser.add_argument("--idle", type=float, default=10.0, help="idle below this mean utilization, %% (default 10)")
+    parser.add_argument("--underused", type=float, default=30.0, help="underused below this, %% (default 30)")
+    parser.add_argument("--hot", type=float, default=85.0, help="hot above this, %% (default 85)")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON document")
+    output.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page")
+
+
+def _thresholds(args: argparse.Namespace) -> Thresholds:
+    if not 0 <= args.idle <= args.underused <= args.hot <= 100:
+        raise ValueError("thresholds must hold 0 <= --idle <= --underused <= --hot <= 100")
+    return Thresholds(idle=args.idle, underused=args.underused, hot=args.hot)
+
+
+def _cluster(args: argparse.Namespace) -> Cluster | None:
+    if args.cluster:
+        return read_cluster_file(args.cluster)
+    if args.kubeconfig is not None or args.in_cluster:
+        from gpupack.kube import KubeClusterObjects, api_client
+
+        reader = KubeClusterObjects(api_client(args.kubeconfig, args.in_cluster))
+        return from_objects(reader.read(), "the API")
+    return None
+
+
+def _source(args: argparse.Namespace, policy_path: Path | None) -> UsageSource:
+    if args.nvidia_smi:
+        return NvidiaSmiLogs(args.nvidia_smi)
+    raise ValueError("--prometheus-url is not available in this build yet: use --nvidia-smi")
+
+
+def _window(args: argparse.Namespace, source: UsageSource) -> Window:
+    """The window asked for; with nvidia-smi logs and no --end, the logs' own end (and, without --window, all
+    they cover)."""
+    if isinstance(source, NvidiaSmiLogs) and args.end is None:
+        covered = source.covered()
+        return covered if args.window is None else window(args.window, str(covered.end))
+    return window(args.window or DEFAULT_WINDOW, args.end or "now")
+
+
+def report(args: argparse.Namespace) -> Report:
+    """Read every source the arguments name and build the report. Raises ValueError or OSError naming what
+    could not be read."""
+    if bool(args.before) != bool(args.after):
+        raise ValueError("--before and --after go together")
+    if args.work_query and not args.prometheus_url:
+        raise ValueError("--work-query needs --prometheus-url (it is a PromQL query)")
+    thresholds = _thresholds(args)
+    metric: UtilizationMetric = args.metric
+    policy = load_policy_file(args.config).policy
+    prices: Prices | None = read_prices(args.prices) if args.prices else None
+    source = _source(args, args.config)
+    cluster = _cluster(args)
+    usage: Usage = source.usage(_window(args, source), metric, thresholds)
+    comparison = None
+    if args.before and args.after:
+        before = period(source.usage(span(args.before), metric, thresholds))
+        after = period(source.usage(span(args.after), metric, thresholds))
+        comparison = compare(before, after)
+    return build_report(Inputs(usage, cluster, policy, thresholds, prices), compare=comparison)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The subcommand: 0 when the report was made."""
+    made = report(args)
+    document: dict[str, Any] = made.as_json()
+    if args.html:
+        raise ValueError("--html is not available in this build yet: use --json")
+    print(json.dumps(document, indent=2))
+    return 0
