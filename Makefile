@@ -26,7 +26,8 @@ $(VENV)/.test-deps: pyproject.toml | $(BIN)/python
 run: $(VENV)/.run-deps
 	$(BIN)/gpupack demo
 
-# Debian packages: the tests need kubectl (kustomize); the benchmarks also need wrk and taskset.
+# Debian packages: the tests need kubectl (kustomize), prometheus and chromium (the report page, headless);
+# the benchmarks also need wrk and taskset.
 define apt_install
 	@missing=""; for tool in $(1); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
@@ -36,7 +37,7 @@ define apt_install
 endef
 
 system-deps:
-	$(call apt_install,kubectl prometheus)
+	$(call apt_install,kubectl prometheus chromium)
 
 bench-deps:
 	$(call apt_install,kubectl wrk)

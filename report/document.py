@@ -106,6 +106,9 @@ class NodeRow:
     usage: NodeUsage
     node_class: NodeClass
     spot: bool = False
+    idle_cost: float | None = None
+    """The price of this node's idle GPU-hours over the window, when prices were given (the renderers sort the
+    table by it); None otherwise."""
 
     def as_json(self) -> dict[str, Any]:
         """The `nodes[]` item of `--json` (utilization in percent)."""
