@@ -5,6 +5,7 @@
     gpupack simulate  replay a GPU trace through the placement policies
     gpupack mutate    preview offline what the webhook does to a Pod
     gpupack certs     issue a CA and a serving certificate, print the caBundle
+    gpupack report    find the GPU waste, price it, check that an optimisation worked
     gpupack demo      the embedded demo behind `make run` (no cluster needed)
 
 Exit codes: 0 success, 1 a previewed pod is denied, 2 bad input or configuration.
@@ -192,6 +193,18 @@ def _parser() -> argparse.ArgumentParser:
         "kube-scheduler presents to an extender started with --client-ca-file)",
     )
 
+    report = sub.add_parser(
+        "report",
+        help="find the GPU waste, price it, and check that an optimisation worked",
+        description="Measure first, prove after: GPU utilization per node and GPU over a window (Prometheus with the "
+        "DCGM exporter, or nvidia-smi CSV logs), findings with the action to take (idle and underused nodes, memory "
+        "held idle, oversized workloads, MIG instances near their memory, pods at risk, what keeps Cluster Autoscaler "
+        "from removing a node), their price, and the before/after verdict.",
+    )
+    from report.cli import add_arguments
+
+    add_arguments(report)
+
     demo = sub.add_parser(
         "demo",
         help="run the embedded demo (what `make run` does)",
@@ -307,6 +320,12 @@ def _cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from report.cli import run
+
+    return run(args)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from demo.run import run_demo
 
@@ -324,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "simulate": _cmd_simulate,
         "mutate": _cmd_mutate,
         "certs": _cmd_certs,
+        "report": _cmd_report,
         "demo": _cmd_demo,
     }
     try:

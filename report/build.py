@@ -42,9 +42,17 @@ def summary(inputs: Inputs) -> Summary:
     )
 
 
+def _idle_cost(inputs: Inputs, node: str) -> float | None:
+    price = inputs.price(node)
+    return None if price is None else inputs.idle_gpu_hours(node) * price
+
+
 def build_report(inputs: Inputs, savings: Savings | None = None, compare: Comparison | None = None) -> Report:
     """Everything the renderers show, nodes in name order and findings most severe first."""
-    rows = tuple(NodeRow(node, inputs.classes[name], inputs.spot(name)) for name, node in inputs.nodes.items())
+    rows = tuple(
+        NodeRow(node, inputs.classes[name], inputs.spot(name), _idle_cost(inputs, name))
+        for name, node in inputs.nodes.items()
+    )
     return Report(
         window=inputs.usage.window,
         source=inputs.usage.source + ("" if inputs.cluster is None else f"; cluster: {inputs.cluster.source}"),

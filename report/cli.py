@@ -5,6 +5,7 @@
                    [--metric gpu-util|engine-active] [--config POLICY] [--json | --html FILE]
 
 Everything is read first, then judged: the sources are the only part that waits on anything.
+The module is imported to build every `gpupack` command's parser: what the report needs is imported when it runs.
 """
 
 from __future__ import annotations
@@ -12,19 +13,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpupack.policy_store import load_policy_file
-from report.build import build_report
-from report.cluster import Cluster, from_objects, read_cluster_file
-from report.compare import compare, period
-from report.document import Report, Thresholds
-from report.findings import Inputs
+from report.document import Thresholds
 from report.nvidia_smi import NvidiaSmiLogs
-from report.prices import Prices, read_prices
-from report.sources import UsageSource
-from report.usage import Usage, UtilizationMetric, Window
 from report.window import span, window
+
+if TYPE_CHECKING:
+    from report.cluster import Cluster
+    from report.document import Report
+    from report.prices import Prices
+    from report.sources import Progress, UsageSource
+    from report.usage import Usage, UtilizationMetric, Window
 
 DEFAULT_WINDOW = "7d"
 """The guide's: a node under 30 % for a week is in scope."""
@@ -84,6 +84,8 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster | None:
+    from report.cluster import from_objects, read_cluster_file
+
     if args.cluster:
         return read_cluster_file(args.cluster)
     if args.kubeconfig is not None or args.in_cluster:
@@ -109,9 +111,15 @@ def _window(args: argparse.Namespace, source: UsageSource) -> Window:
     return window(args.window or DEFAULT_WINDOW, args.end or "now")
 
 
-def report(args: argparse.Namespace) -> Report:
+def report(args: argparse.Namespace, progress: Progress | None = None) -> Report:
     """Read every source the arguments name and build the report. Raises ValueError or OSError naming what
     could not be read."""
+    from gpupack.policy_store import load_policy_file
+    from report.build import build_report
+    from report.compare import compare, period
+    from report.findings import Inputs
+    from report.prices import read_prices
+
     if bool(args.before) != bool(args.after):
         raise ValueError("--before and --after go together")
     if args.work_query and not args.prometheus_url:
@@ -122,20 +130,31 @@ def report(args: argparse.Namespace) -> Report:
     prices: Prices | None = read_prices(args.prices) if args.prices else None
     source = _source(args, args.config)
     cluster = _cluster(args)
-    usage: Usage = source.usage(_window(args, source), metric, thresholds)
+    usage: Usage = source.usage(_window(args, source), metric, thresholds, progress)
     comparison = None
     if args.before and args.after:
-        before = period(source.usage(span(args.before), metric, thresholds))
-        after = period(source.usage(span(args.after), metric, thresholds))
+        before = period(source.usage(span(args.before), metric, thresholds, progress))
+        after = period(source.usage(span(args.after), metric, thresholds, progress))
         comparison = compare(before, after)
     return build_report(Inputs(usage, cluster, policy, thresholds, prices), compare=comparison)
 
 
 def run(args: argparse.Namespace) -> int:
-    """The subcommand: 0 when the report was made."""
-    made = report(args)
-    document: dict[str, Any] = made.as_json()
-    if args.html:
-        raise ValueError("--html is not available in this build yet: use --json")
-    print(json.dumps(document, indent=2))
+    """The subcommand: 0 when the report was made (printed, or written to --html)."""
+    from rich.console import Console
+
+    from report.render_html import render_html
+    from report.render_text import query_progress, render
+
+    console = Console(stderr=args.json)  # with --json, only the document goes to standard output
+    with query_progress(console, json_output=args.json) as progress:
+        made = report(args, progress)
+    if args.json:
+        document: dict[str, Any] = made.as_json()
+        print(json.dumps(document, indent=2))
+    elif args.html:
+        args.html.write_text(render_html(made), encoding="utf-8")
+        console.print(f"wrote {args.html}")
+    else:
+        render(made, console)
     return 0

@@ -146,6 +146,17 @@ def node_file(argument: str) -> tuple[str, Path]:
     return file.stem, file
 
 
+def _spacing(times: Sequence[float]) -> float:
+    """The usual time between samples (the median step), INTERVAL_SECONDS when there is no step."""
+    steps = sorted(b - a for a, b in itertools.pairwise(sorted(times)) if b > a)
+    return steps[len(steps) // 2] if steps else INTERVAL_SECONDS
+
+
+def _span(gpu: _Gpu) -> tuple[float, float]:
+    times = [s[0] for s in gpu.samples]
+    return min(times), max(times) + _spacing(times)
+
+
 def _p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
@@ -164,9 +175,8 @@ def summarize(node: str, index: str, gpu: _Gpu, window: Window, thresholds: Thre
         for _, u, m, t in inside
         if u is not None and m is not None and t
     ]
-    times = sorted(at for at, _, _, _ in inside)
-    steps = sorted(b - a for a, b in itertools.pairwise(times) if b > a)
-    spacing = steps[len(steps) // 2] if steps else INTERVAL_SECONDS
+    times = [at for at, _, _, _ in inside]
+    spacing = _spacing(times)
     return GpuUsage(
         node=node,
         gpu=index,
@@ -225,12 +235,12 @@ class NvidiaSmiLogs:
         return self._read
 
     def covered(self, progress: Progress | None = None) -> Window:
-        """The window the logs cover (from the first sample to 5 s after the last). Raises CsvError when the
-        logs hold no sample."""
-        times = [s[0] for gpus in self._logs(progress).values() for g in gpus.values() for s in g.samples]
-        if not times:
+        """The window the logs cover: from the first sample to one sample spacing after the last (the last
+        sample stands for the interval it starts). Raises CsvError when the logs hold no sample."""
+        spans = [_span(g) for gpus in self._logs(progress).values() for g in gpus.values() if g.samples]
+        if not spans:
             raise CsvError("the nvidia-smi logs hold no sample")
-        return Window(min(times), max(times) + INTERVAL_SECONDS)
+        return Window(min(s for s, _ in spans), max(e for _, e in spans))
 
     def usage(
         self, window: Window, metric: UtilizationMetric, thresholds: Thresholds, progress: Progress | None = None
