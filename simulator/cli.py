@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_scenario(args: argparse.Namespace) -> int:
-    """The synthetic day of `args.scenario` under spread and gpupack: table or JSON, and the plot."""
+    """The synthetic day of `args.scenario` without gpupack, under spread and under gpupack: table or JSON, and
+    the plot."""
     from simulator.day import compare, load_scenario, plot_day, run_all
     from simulator.day_metrics import table as day_table
 

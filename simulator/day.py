@@ -1,16 +1,24 @@
 """The guide's before/after check on a synthetic day: the demo's pipeline, in-process and time-stepped.
 
-Every step (one minute by default): Deployments scale to their daily curve (new replicas are admitted by the
-webhook's `plan()`; scaled-down replicas are deleted newest first), training and batch jobs arrive and finish,
-then each pending pod is scheduled as kube-scheduler with the gpupack extender would: the scheduler's own
-filters (`demo.scheduler`), the extender's `verdict()` on each feasible node (the function behind `/filter` and
-`/prioritize`, on a `snapshot()` of a `ClusterState` holding the bound pods and of live GPU utilizations made
-from the pods' own), the scores combined like kube-scheduler (`final_scores`, ties broken at random like its
-`selectHost`), and the pod bound. A pod that fits nowhere stays pending and is retried the next step.
+Every step (one minute by default): Deployments scale to their daily curve (new replicas are created; scaled-down
+replicas are deleted newest first), training and batch jobs arrive and finish, then each pending pod is scheduled
+and bound. A pod that fits nowhere stays pending and is retried the next step. Three runs share that loop and its
+meter, and differ in two things only, how a pod is created and how kube-scheduler ranks nodes:
+
+- `none`, the cluster without gpupack: pods as developers write them without it (`without_gpupack`: whole GPUs,
+  no CPU or memory requests, no spot toleration, no PriorityClass), no webhook; kube-scheduler alone, its own
+  filters (`demo.scheduler`) and LeastAllocated (`extender.score.spread`, the function the `spread` run's
+  extender answers with), no extender filter and no live utilization: nothing of gpupack is called.
+- `spread` and `gpupack`: every pod admitted by the webhook's `plan()`; kube-scheduler's filters, then the
+  extender's `verdict()` on each feasible node (the function behind `/filter` and `/prioritize`, on a `snapshot()`
+  of a `ClusterState` holding the bound pods and of live GPU utilizations made from the pods' own) under that
+  `extender.scoring`, the scores combined like kube-scheduler (`final_scores`).
+
+Ties are broken at random like kube-scheduler's `selectHost`.
 
     scenario = load_scenario(Path("scenarios/synthetic-day.yaml"))
-    results = {s: run_day(scenario, s) for s in ("spread", "gpupack")}
-    compare(scenario, results)          # the guide's numbers per policy
+    results = run_all(scenario)         # {"none": ..., "spread": ..., "gpupack": ...}
+    compare(scenario, results)          # the guide's numbers per run
     plot_day(results, Path("day.png"))
 
 `gpupack simulate --scenario FILE [--scale F] [--hours H] [--json] [--plot FILE]` prints the comparison.
@@ -21,9 +29,9 @@ node-hours are what it could save, measured on the fixed cluster), GPU choice in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -33,44 +41,80 @@ from demo.scheduler import final_scores, fits, preferred_affinity, selects, tole
 from extender.demand import demand_of
 from extender.inventory import NodeRecord, node_from_json
 from extender.live import LiveMetrics, NodeUtils
-from extender.score import priorities
+from extender.score import priorities, spread
 from extender.state import ClusterState
 from extender.typical import ShapeBook
 from extender.verbs import View, judge, snapshot
+from gpupack import contract
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
-from simulator.day_cluster import JobArrival, ReplicaDraws, cluster_nodes, job_arrivals, replica_pod
-from simulator.day_metrics import DayResult, Meter, SimPod, comparison
+from simulator.day_cluster import (
+    JobArrival,
+    ReplicaDraws,
+    cluster_nodes,
+    job_arrivals,
+    replica_pod,
+    without_gpupack,
+)
+from simulator.day_metrics import WITHOUT, DayResult, Meter, SimPod, comparison
 from simulator.day_plot import plot_day
 from simulator.day_scenario import Scenario, ScenarioError, load_scenario, replicas_at
 from webhook.mutate import MutationContext, plan
 from webhook.patches import apply_patch
 
-__all__ = ["DayResult", "ScenarioError", "compare", "load_scenario", "plot_day", "run_all", "run_day"]
-SCORINGS: tuple[ScoringPolicy, ...] = ("spread", "gpupack")
+__all__ = [
+    "RUNS",
+    "WITHOUT",
+    "DayResult",
+    "Run",
+    "ScenarioError",
+    "compare",
+    "load_scenario",
+    "plot_day",
+    "run_all",
+    "run_day",
+]
+Run = ScoringPolicy | Literal["none"]
+"""A run's key: `none` (WITHOUT: the cluster without gpupack), else the extender's scoring policy."""
+RUNS: tuple[Run, ...] = (WITHOUT, "spread", "gpupack")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "synthetic-day.yaml"
+NO_LIVE = LiveMetrics({}, 0.0)
+"""What kube-scheduler alone reads of DCGM: nothing."""
+Ranking = Callable[[SimPod, list[NodeRecord], View, float], dict[str, int]]
+"""kube-scheduler's node scores (0..10 before its x10 weight) for a pod on the nodes its own filters passed,
+leaving out any node an extender filters out."""
 
 
 def day_policy(scenario: Scenario, scoring: ScoringPolicy) -> Policy:
-    """The scenario's policy document with `extender.scoring` set: the one thing that differs between runs."""
+    """The scenario's policy document with `extender.scoring` set: the one thing that differs between the runs
+    with gpupack."""
     doc = dict(scenario.policy)
     doc["extender"] = {**(doc.get("extender") or {}), "scoring": scoring}
     return Policy.model_validate(doc)
 
 
 class _Day:
-    """One run: the cluster, the pods, the clock. Mutable; `run_day` is the pure entry point."""
+    """One run: the cluster, the pods, the clock. Mutable; `run_day` is the pure entry point.
 
-    def __init__(self, scenario: Scenario, scoring: ScoringPolicy) -> None:
+    The run decides two strategies, chosen here once: `make_pod` (the webhook's decision, or the pod as written
+    without gpupack) and `rank` (the extender's answers, or kube-scheduler's own LeastAllocated). The policy is
+    read in every run for what the cluster's objects say (the spot label, the time-slicing resource name); the
+    run without gpupack reads it in `spread` scoring, the LeastAllocated it scores with.
+    """
+
+    def __init__(self, scenario: Scenario, run: Run) -> None:
         self.scenario = scenario
-        self.policy = day_policy(scenario, scoring)
+        self.run_name = run
+        self.with_gpupack = run != WITHOUT
+        self.policy = day_policy(scenario, "spread" if run == "none" else run)  # (WITHOUT, spelled for mypy)
         nodes = cluster_nodes(scenario)
         self.node_json = {n["metadata"]["name"]: n for n in nodes}
         self.records: dict[str, NodeRecord] = {
             name: node_from_json(n, self.policy) for name, n in self.node_json.items()
         }
         self.labels = {name: n["metadata"].get("labels") or {} for name, n in self.node_json.items()}
-        self.context = MutationContext(self.policy, f"day-{scoring}", facts_from_lists(None, {"items": nodes}))
+        self.context = MutationContext(self.policy, f"day-{run}", facts_from_lists(None, {"items": nodes}))
+        """What the webhook's `plan()` reads besides the pod (the run without gpupack never calls it)."""
         self.state = ClusterState()
         self.book = ShapeBook()
         """The typical pod shapes, re-counted from the running pods as the extender does."""
@@ -87,29 +131,42 @@ class _Day:
         self.static: dict[tuple[bytes, str], bool] = {}
         self.meter = Meter(scenario, self.records)
         self.seq = 0
+        self.make_pod: Callable[[dict[str, Any]], dict[str, Any] | None] = (
+            self.through_webhook if self.with_gpupack else without_gpupack
+        )
+        self.rank: Ranking = self.extender_ranks if self.with_gpupack else self.least_allocated
 
     # pods ---------------------------------------------------------------------------------------------------
     def admit(self, raw: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None) -> SimPod | None:
-        """The webhook's decision applied to the raw pod, as the API server stores it; None when denied."""
-        decision = plan(raw, raw["metadata"]["namespace"], self.context)
+        """The pod created from the raw one, as the API server stores it (`make_pod`); None when the webhook
+        denies it. The class the scenario gave the pod is kept for the meter: a pod without gpupack carries none."""
         self.meter.created += 1
-        if not decision.allowed:
+        pod = self.make_pod(raw)
+        if pod is None:
             self.meter.denied += 1
             return None
         self.seq += 1
-        sim = self.sim_pod(apply_patch(raw, decision.ops), busy, step, stream, run_steps)
+        kind = (raw["metadata"].get("labels") or {}).get(contract.LABEL_WORKLOAD, "")
+        sim = self.sim_pod(pod, busy, step, stream, run_steps, kind)
         self.pending[sim.demand.key] = sim
         return sim
 
-    def sim_pod(self, pod: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None) -> SimPod:
-        """The simulator's record of an admitted pod: its demand, priority and scheduling constraints."""
+    def through_webhook(self, raw: dict[str, Any]) -> dict[str, Any] | None:
+        """The webhook's `plan()` applied to the raw pod; None when it denies the pod."""
+        decision = plan(raw, raw["metadata"]["namespace"], self.context)
+        return apply_patch(raw, decision.ops) if decision.allowed else None
+
+    def sim_pod(
+        self, pod: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None, kind: str = ""
+    ) -> SimPod:
+        """The simulator's record of a created pod: its demand, priority and scheduling constraints."""
         spec = pod["spec"]
         constraints = orjson.dumps(
             [spec.get("affinity"), spec.get("nodeSelector"), spec.get("tolerations")], option=orjson.OPT_SORT_KEYS
         )
         demand = demand_of(pod, self.policy)
         priority = int(spec.get("priority") or 0)
-        return SimPod(pod, demand, priority, busy, step, self.seq, stream, constraints, run_steps)
+        return SimPod(pod, demand, priority, busy, step, self.seq, stream, constraints, run_steps, kind)
 
     def delete(self, sim: SimPod) -> None:
         """A deleted pod frees its node at once (no graceful termination in the model)."""
@@ -182,22 +239,38 @@ class _Day:
             for name, record in self.records.items()
             if self.statically_ok(sim, name) and fits(demand.requests, record.allocatable, self.state.used(name))
         ]
-        found = judge(demand, [snapshot(r, view, now, now) for r in candidates], self.policy, view.book)
-        passed = {r.name: v.score for r, v in zip(candidates, found, strict=True) if v.rejection is None}
-        if len(passed) <= 1:  # kube-scheduler skips scoring with one feasible node
-            return next(iter(passed), None)
-        answered = dict(zip(passed, priorities(list(passed.values()), self.policy), strict=True))
-        totals = final_scores(answered, {n: preferred_affinity(sim.pod, self.labels[n]) for n in passed})
+        answered = self.rank(sim, candidates, view, now)
+        if len(answered) <= 1:  # kube-scheduler skips scoring with one feasible node
+            return next(iter(answered), None)
+        totals = final_scores(answered, {n: preferred_affinity(sim.pod, self.labels[n]) for n in answered})
         best = max(totals.values())
         ties = [n for n, total in totals.items() if total == best]
         return ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
+
+    def extender_ranks(self, sim: SimPod, candidates: list[NodeRecord], view: View, now: float) -> dict[str, int]:
+        """With the gpupack extender: its verdicts (`judge`, what `/filter` and `/prioritize` answer) on the nodes
+        kube-scheduler's filters passed, and its 0..10 answers for those it does not filter out."""
+        found = judge(sim.demand, [snapshot(r, view, now, now) for r in candidates], self.policy, view.book)
+        passed = {r.name: v.score for r, v in zip(candidates, found, strict=True) if v.rejection is None}
+        return dict(zip(passed, priorities(list(passed.values()), self.policy), strict=True))
+
+    def least_allocated(self, sim: SimPod, candidates: list[NodeRecord], view: View, now: float) -> dict[str, int]:
+        """Without gpupack: no extender is called, so no node is filtered out beyond kube-scheduler's own filters,
+        and each is scored by LeastAllocated (the `spread` function, 0..10, on the free fractions left).
+
+        kube-scheduler's own plugin ranks differently, though not which nodes a pod may go to: it scores cpu and
+        memory only, counting 100m and 200Mi for a pod that requests none, which also puts empty nodes first and
+        nodes in use nearly level; PodTopologySpread and ImageLocality are not modelled. In the shipped example
+        the few nodes a whole-GPU pod may use are full all day, so the ranking changes none of its numbers."""
+        return {r.name: spread(sim.demand, snapshot(r, view, now, now)) for r in candidates}
 
     def schedule(self, step: int) -> None:
         """Pending pods by priority then age, like the scheduling queue; a shape that failed waits for next step."""
         now = self.clock(step)
         if self.policy.extender.scoring == "gpupack":
             self.book.refresh(self.state)
-        view = View(self.state, self.live(step), self.policy, book=self.book)
+        live = self.live(step) if self.with_gpupack else NO_LIVE  # kube-scheduler alone reads no DCGM
+        view = View(self.state, live, self.policy, book=self.book)
         failed: set[tuple[object, ...]] = set()
         for sim in sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.seq)):
             shape = (sim.demand.shape, sim.constraints)
@@ -228,19 +301,21 @@ class _Day:
             self.arrive_jobs(step)
             self.schedule(step)
             self.meter.record(step, self.state, self.work, self.pending.values())
-        return self.meter.result(self.policy.extender.scoring)
+        return self.meter.result(self.run_name)
 
 
-def run_day(scenario: Scenario, scoring: ScoringPolicy) -> DayResult:
-    """Simulate the scenario's day under one extender scoring policy; deterministic given the scenario's seed."""
-    return _Day(scenario, scoring).run()
+def run_day(scenario: Scenario, run: Run) -> DayResult:
+    """Simulate the scenario's day without gpupack (`none`) or under one extender scoring policy; deterministic
+    given the scenario's seed."""
+    return _Day(scenario, run).run()
 
 
-def run_all(scenario: Scenario, scorings: tuple[ScoringPolicy, ...] = SCORINGS) -> dict[str, DayResult]:
-    """The day under each scoring policy (same seed, so the same arrivals)."""
-    return {scoring: run_day(scenario, scoring) for scoring in scorings}
+def run_all(scenario: Scenario, runs: tuple[Run, ...] = RUNS) -> dict[str, DayResult]:
+    """The day in each run (same seed, so the same arrivals, durations and utilizations)."""
+    return {run: run_day(scenario, run) for run in runs}
 
 
 def compare(scenario: Scenario, results: Mapping[str, DayResult] | None = None) -> dict[str, Any]:
-    """The guide's numbers under spread and gpupack (run now unless given), and gpupack's change against spread."""
+    """The guide's numbers in each run (all three run now unless given), and gpupack's change against the cluster
+    without gpupack and against spread."""
     return comparison(scenario, results if results is not None else run_all(scenario))

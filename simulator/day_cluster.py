@@ -3,8 +3,9 @@ them, and the jobs that arrive during the day.
 
 Nodes reuse the demo cluster's GFD labels (`demo.cluster`), so the extender reads them exactly as it reads the
 demo's. Pods are `webhook.demo.demo_pod` with the gpupack labels a developer writes: the webhook decides the
-rest. Every random draw is made here, up front, from the scenario's seed and independent of placement, so both
-scoring policies see the same arrivals, durations and utilizations.
+rest. `without_gpupack` turns such a pod into the one the same developer writes for a cluster without gpupack.
+Every random draw is made here, up front, from the scenario's seed and independent of placement, so every run
+(without gpupack and under each scoring policy) sees the same arrivals, durations and utilizations.
 """
 
 from __future__ import annotations
@@ -91,6 +92,27 @@ def job_pod(jobs: Jobs, kind: str, ordinal: int, gpus: int) -> dict[str, Any]:
     return _pod(f"{jobs.name}-{ordinal:05d}", jobs.namespace, labels, "Job", f"{jobs.name}-{ordinal:05d}")
 
 
+def without_gpupack(raw: dict[str, Any]) -> dict[str, Any]:
+    """The pod the same developer writes when the cluster has no gpupack: the `gpupack.io/*` labels (which nothing
+    would read) become what the guide's "before" pod asks, whole GPUs and nothing else.
+
+    `nvidia.com/gpu` is given as a limit, the device plugin's documented form (the API server copies an extended
+    resource's limit to its request); the count is the `gpupack.io/gpus` label, else 1. No CPU or memory
+    requests, no MIG profile or time-sliced replica, no spot toleration or node affinity, no PriorityClass:
+    everything the webhook would have added. The input is not modified.
+    """
+    meta = raw["metadata"]
+    labels = meta.get("labels") or {}
+    gpus = int(labels.get(contract.LABEL_GPUS, "1"))
+    kept = {k: v for k, v in labels.items() if not k.startswith(f"{contract.DOMAIN}/")}
+    spec = raw["spec"]
+    containers = [
+        {**c, "resources": {"limits": {contract.RESOURCE_GPU: str(gpus)}}} if i == 0 else dict(c)
+        for i, c in enumerate(spec["containers"])
+    ]
+    return {**raw, "metadata": {**meta, "labels": kept}, "spec": {**spec, "containers": containers}}
+
+
 def draw_busy(rng: np.random.Generator, spread: Spread) -> float:
     """A pod's mean utilization of what it holds: normal around the mean, clipped to [0.01, 1]."""
     return float(min(max(rng.normal(spread.mean, spread.sd) if spread.sd else spread.mean, 0.01), 1.0))
@@ -138,7 +160,7 @@ def job_arrivals(scenario: Scenario) -> list[JobArrival]:
 
 
 class ReplicaDraws:
-    """Per-Deployment utilization draws by replica ordinal: replica n gets the same value under every policy."""
+    """Per-Deployment utilization draws by replica ordinal: replica n gets the same value in every run."""
 
     def __init__(self, scenario: Scenario) -> None:
         seeds = np.random.SeedSequence([scenario.seed, 1]).spawn(max(len(scenario.inference), 1))

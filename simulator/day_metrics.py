@@ -12,13 +12,15 @@ node-hours. Emptiness is tracked through the warm-up, so a node empty since then
 Billed GPU-hours are the cluster's GPUs x the day minus the GPUs of removable nodes x their removable time: the
 bill once the autoscaler acts (a node is paid for whole, however few of its GPUs are in use), assuming a removed
 node comes back as soon as it is needed.
+The meter is the same in every run, the one without gpupack included: there a pod holds whole GPUs, so a GPU held
+by an inference replica 20 % busy counts 0.2 busy GPU, and a pod that fits nowhere counts its pending minutes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from demo.report import gpus_in_use
 from extender.demand import PodDemand
@@ -29,7 +31,7 @@ from simulator.day_scenario import Scenario
 
 @dataclass(slots=True, eq=False)
 class SimPod:
-    """A created pod: the object as stored (after the webhook), its demand, and where and how it runs."""
+    """A created pod: the object as stored (after the webhook, if any), its demand, and where and how it runs."""
 
     pod: dict[str, Any]
     demand: PodDemand
@@ -43,6 +45,9 @@ class SimPod:
     """Affinity, node selector and tolerations serialised: pods equal here pass the same static filters."""
     run_steps: int | None = None
     """Steps a job runs once bound (None: a Deployment replica, deleted by scaling)."""
+    kind: str = ""
+    """The class the scenario gave it (inference, training, batch): the same in every run, whether or not a
+    webhook annotated the pod with it."""
     node: str | None = None
     gpu_work: float = 0.0
     """GPUs' worth of work it does where it is bound."""
@@ -62,10 +67,11 @@ class EmptyStretch:
 
 @dataclass(frozen=True)
 class DayResult:
-    """One policy's day: timelines per measured step and the stretches of removable empty nodes."""
+    """One run's day: timelines per measured step and the stretches of removable empty nodes."""
 
     scenario: str
-    scoring: str
+    run: str
+    """`none` (without gpupack), else the extender's scoring policy."""
     step_minutes: float
     nodes: int
     gpus: int
@@ -155,7 +161,7 @@ class Meter:
             return
         waiting = list(pending)
         for sim in waiting:
-            cls = sim.demand.workload or "other"
+            cls = sim.kind or "other"
             self.pending_minutes[cls] = self.pending_minutes.get(cls, 0.0) + self.dt
         self.hours.append((step - self.warmup) * self.dt / 60)
         self.in_use.append(in_use)
@@ -190,14 +196,14 @@ class Meter:
             )
         )
 
-    def result(self, scoring: str) -> DayResult:
+    def result(self, run: str) -> DayResult:
         """Close the stretches still open at the end of the day and freeze the timelines."""
         for name, since in self.empty_since.items():
             if since is not None:
                 self._close(name, since, self.warmup + self.scenario.steps)
         return DayResult(
             scenario=self.scenario.name,
-            scoring=scoring,
+            run=run,
             step_minutes=self.dt,
             nodes=len(self.records),
             gpus=sum(r.gpu_count for r in self.records.values()),
@@ -214,9 +220,14 @@ class Meter:
         )
 
 
+WITHOUT: Final = "none"
+"""The key of the run without gpupack (in `DayResult.run`, the JSON's `policies` and `gpupack_vs_none`)."""
+LABELS = {WITHOUT: "without gpupack"}
+"""How people see a run's key (the others are named by their scoring policy)."""
 CHANGES = (
     "mean_utilization_pct",
     "gpu_hours",
+    "busy_gpu_hours",
     "billed_gpu_hours",
     "gpu_nodes_peak",
     "gpu_nodes_mean",
@@ -225,8 +236,22 @@ CHANGES = (
 )
 
 
+def label(run: str) -> str:
+    """The name of a run for people: `without gpupack`, `spread`, `gpupack`."""
+    return LABELS.get(run, run)
+
+
+def _change(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """`after` minus `before` for each of CHANGES, and the share of `before`'s GPU-hours that `after` saves."""
+    out: dict[str, Any] = {key: round(after[key] - before[key], 2) for key in CHANGES}
+    if before["gpu_hours"]:
+        out["gpu_hours_saved_pct"] = round(100 * (before["gpu_hours"] - after["gpu_hours"]) / before["gpu_hours"], 1)
+    return out
+
+
 def comparison(scenario: Scenario, results: Mapping[str, DayResult]) -> dict[str, Any]:
-    """Each policy's summary, and gpupack's change against spread (the guide's before/after) when both ran."""
+    """Each run's summary, and gpupack's change against the cluster without gpupack (the guide's before/after)
+    and against spread (placement alone), for the runs given."""
     out: dict[str, Any] = {
         "scenario": scenario.name,
         "scale": scenario.scale,
@@ -235,13 +260,9 @@ def comparison(scenario: Scenario, results: Mapping[str, DayResult]) -> dict[str
         "seed": scenario.seed,
         "policies": {name: result.summary() for name, result in results.items()},
     }
-    if "spread" in results and "gpupack" in results:
-        before, after = out["policies"]["spread"], out["policies"]["gpupack"]
-        out["gpupack_vs_spread"] = {key: round(after[key] - before[key], 2) for key in CHANGES}
-        if before["gpu_hours"]:
-            out["gpupack_vs_spread"]["gpu_hours_saved_pct"] = round(
-                100 * (before["gpu_hours"] - after["gpu_hours"]) / before["gpu_hours"], 1
-            )
+    for before in (WITHOUT, "spread"):
+        if before in results and "gpupack" in results:
+            out[f"gpupack_vs_{before}"] = _change(out["policies"][before], out["policies"]["gpupack"])
     return out
 
 
@@ -259,24 +280,47 @@ ROWS = (
     ("  removable node-hours", "removable_node_hours", "{:.1f}"),
     ("  removable nodes on average", "removable_nodes_mean", "{:.2f}"),
     ("pending pod-minutes", "pending_pod_minutes", "{:.0f}"),
+    ("  pods still pending at the end", "pending_at_end", "{}"),
     ("pods created", "pods_created", "{}"),
     ("pods refused by the webhook", "pods_denied", "{}"),
 )
 
 
+COLUMN = 17
+"""Characters per run column: `without gpupack` and its numbers, right-aligned."""
+_OF = {WITHOUT: "the cluster without gpupack", "spread": "spread"}
+
+
 def table(data: Mapping[str, Any]) -> str:
-    """The comparison as a fixed-width table, one column per policy."""
+    """The comparison as a fixed-width table, one column per run."""
     policies: Mapping[str, Mapping[str, Any]] = data["policies"]
     names = list(policies)
     first = next(iter(policies.values()))
     lines = [
         f"scenario {data['scenario']} (scale {data['scale']}, {data['hours']:g} h in {data['step_minutes']:g}-minute "
         f"steps, seed {data['seed']}): {first['nodes']} GPU nodes, {first['gpus']} GPUs",
-        f"{'':<36}" + "".join(f"{n:>14}" for n in names),
+        f"{'':<36}" + "".join(f"{label(n):>{COLUMN}}" for n in names),
     ]
-    for label, key, fmt in ROWS:
-        lines.append(f"{label:<36}" + "".join(f"{fmt.format(policies[n][key]):>14}" for n in names))
-    change = data.get("gpupack_vs_spread")
-    if change and "gpu_hours_saved_pct" in change:
-        lines.append(f"gpupack saves {change['gpu_hours_saved_pct']:.1f}% of the GPU-hours of spread")
+    for text, key, fmt in ROWS:
+        lines.append(f"{text:<36}" + "".join(f"{fmt.format(policies[n][key]):>{COLUMN}}" for n in names))
+    for before in (WITHOUT, "spread"):
+        change = data.get(f"gpupack_vs_{before}")
+        if change and "gpu_hours_saved_pct" in change:
+            lines.append(saving(change["gpu_hours_saved_pct"], before, policies[before]))
     return "\n".join(lines)
+
+
+def saving(saved_pct: float, before: str, summary: Mapping[str, Any]) -> str:
+    """gpupack's GPU-hours against run `before`'s, in words. A run that left pods pending at the end of the day
+    did not hold GPUs for them: its GPU-hours are less work, and the sentence says so instead of leaving a
+    negative saving to read as gpupack costing more for the same day."""
+    if saved_pct >= 0:
+        line = f"gpupack saves {saved_pct:.1f}% of the GPU-hours of {_OF[before]}"
+    else:
+        line = f"gpupack uses {-saved_pct:.1f}% more GPU-hours than {_OF[before]}"
+    if summary["pending_at_end"]:
+        line += (
+            f", where {summary['pending_at_end']} pods were still pending at the end of the day"
+            f" ({summary['pending_pod_minutes']:,.0f} pending pod-minutes)"
+        )
+    return line

@@ -1,13 +1,13 @@
-"""The synthetic day drawn: GPUs in use, their mean utilization and the GPU nodes needed, one line per policy."""
+"""The synthetic day drawn: GPUs in use, their mean utilization and the GPU nodes needed, one line per run."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from simulator.day_metrics import DayResult
+from simulator.day_metrics import WITHOUT, DayResult, label
 
-COLOURS = {"spread": "tab:orange", "gpupack": "tab:blue", "binpack": "tab:green"}
+COLOURS = {WITHOUT: "tab:red", "spread": "tab:orange", "gpupack": "tab:blue", "binpack": "tab:green"}
 
 
 def _smooth(values: list[float], width: int) -> list[float]:
@@ -32,8 +32,8 @@ def plot_day(results: Mapping[str, DayResult], path: Path) -> None:
     figure, (gpus, util, nodes) = plt.subplots(3, 1, figsize=(9, 9), dpi=110, sharex=True)
     first = next(iter(results.values()))
     width = max(1, round(15 / first.step_minutes))
-    for name, result in results.items():
-        colour = COLOURS.get(name)
+    for run, result in results.items():
+        colour, name = COLOURS.get(run), label(run)
         summary = result.summary()
         gpus.plot(
             result.hours,
@@ -64,7 +64,8 @@ def plot_day(results: Mapping[str, DayResult], path: Path) -> None:
     util.set_ylabel("utilization of GPUs in use, %")
     nodes.set_ylabel("GPU nodes in use")
     nodes.set_xlabel("hour of the day")
-    gpus.set_title(f"{first.scenario}: the same day under each extender scoring policy")
+    runs = "without gpupack and under each extender scoring policy" if WITHOUT in results else "under each policy"
+    gpus.set_title(f"{first.scenario}: the same day {runs}")
     util.set_title(f"mean utilization of the GPUs in use ({width * first.step_minutes:g}-minute moving average)")
     util.set_ylim(0, 100)
     gpus.set_ylim(bottom=0)

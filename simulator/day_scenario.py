@@ -161,7 +161,8 @@ class Scenario(_Model):
     empty_minutes: float = Field(default=10.0, gt=0, le=7 * 24 * 60)
     """Cluster Autoscaler's `--scale-down-unneeded-time`: a node empty this long is removable."""
     policy: dict[str, Any] = {}
-    """A gpupack policy document (the ConfigMap's), applied to both runs; `extender.scoring` is set per run."""
+    """A gpupack policy document (the ConfigMap's), applied to the runs with gpupack; `extender.scoring` is set per
+    run. The run without gpupack reads only what it says of the cluster (spot label, time-slicing resource)."""
     nodes: list[NodeGroup] = Field(min_length=1)
     inference: list[Inference] = []
     training: list[Jobs] = []

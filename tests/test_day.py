@@ -1,4 +1,5 @@
-"""The synthetic day (simulator.day): scenario validation, hand-checked numbers, and the shipped example small."""
+"""The synthetic day (simulator.day): scenario validation, hand-checked numbers, the run without gpupack, and the
+shipped example small."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import pytest
 
+import simulator.day
+from gpupack import contract
 from gpupack.cli import main
-from simulator.day import DEFAULT_SCENARIO, compare, plot_day, run_day
-from simulator.day_cluster import job_arrivals
+from simulator.day import DEFAULT_SCENARIO, RUNS, WITHOUT, _Day, compare, plot_day, run_all, run_day
+from simulator.day_cluster import job_arrivals, job_pod, replica_pod, without_gpupack
+from simulator.day_metrics import SimPod, saving
 from simulator.day_scenario import Scenario, ScenarioError, load_scenario, parse_scenario, replicas_at
 
 SMALL = 0.5
@@ -45,7 +49,7 @@ def small() -> Scenario:
 
 @pytest.fixture(scope="module")
 def small_results(small: Scenario) -> dict[str, Any]:
-    return {scoring: run_day(small, scoring) for scoring in ("spread", "gpupack")}
+    return run_all(small)
 
 
 # validation ------------------------------------------------------------------------------------------------
@@ -191,12 +195,198 @@ def test_jobs_leave_after_their_duration() -> None:
     assert finished * 5 <= sum(result.gpus_in_use) <= started * 5
 
 
+# without gpupack ---------------------------------------------------------------------------------------------
+def h100(count: int = 1, spot: bool = False) -> list[dict[str, Any]]:
+    """One group of H100 nodes: 8 whole GPUs each (`nvidia.com/gpu`), the only GPUs a pod without gpupack can use."""
+    return [{"name": "h100-spot" if spot else "h100", "count": count, "gpu": "h100", "spot": spot}]
+
+
+def serving(replicas: int) -> list[dict[str, Any]]:
+    """A latency-critical Deployment of `replicas` constant replicas, each 20 % busy."""
+    return [{"name": "chat", "peakReplicas": replicas, "troughReplicas": replicas, "utilization": {"mean": 0.2}}]
+
+
+def written(pod: dict[str, Any]) -> dict[str, Any]:
+    """What a test reads of a pod written without gpupack."""
+    spec = pod["spec"]
+    return {
+        "labels": pod["metadata"]["labels"],
+        "resources": [c["resources"] for c in spec["containers"]],
+        "scheduling": {k: spec.get(k) for k in ("affinity", "nodeSelector", "priorityClassName", "schedulerName")},
+        "priority": spec["priority"],
+        "tolerations": [t["key"] for t in spec["tolerations"]],
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "gpus"),
+    [
+        (replica_pod(load_scenario(DEFAULT_SCENARIO).inference[0], 1), 1),  # chat-7b: a 2g.10gb slice with gpupack
+        (replica_pod(load_scenario(DEFAULT_SCENARIO).inference[4], 1), 1),  # ocr: a time-sliced replica with gpupack
+        (job_pod(load_scenario(DEFAULT_SCENARIO).training[1], "training", 1, 8), 8),  # pretrain
+        (job_pod(load_scenario(DEFAULT_SCENARIO).batch[0], "batch", 1, 1), 1),  # embed-backfill
+    ],
+)
+def test_a_pod_without_gpupack_asks_whole_gpus_and_nothing_else(raw: dict[str, Any], gpus: int) -> None:
+    before = json.dumps(raw, sort_keys=True)
+    assert written(without_gpupack(raw)) == {
+        "labels": {},
+        "resources": [{"limits": {"nvidia.com/gpu": str(gpus)}}],
+        "scheduling": {
+            "affinity": None,
+            "nodeSelector": None,
+            "priorityClassName": None,
+            "schedulerName": "default-scheduler",
+        },
+        "priority": 0,
+        "tolerations": ["node.kubernetes.io/not-ready"],  # the API server's default, not the spot taint
+    }
+    assert json.dumps(raw, sort_keys=True) == before  # the raw pod is left for the other runs
+
+
+def test_the_run_without_gpupack_calls_nothing_of_gpupack(small: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    def called(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the run without gpupack called gpupack")
+
+    monkeypatch.setattr(simulator.day, "plan", called)  # the webhook
+    monkeypatch.setattr(simulator.day, "judge", called)  # the extender's filter and scores
+    monkeypatch.setattr(simulator.day, "priorities", called)  # the extender's answers
+    monkeypatch.setattr(_Day, "live", called)  # the DCGM utilizations only the extender reads
+    created: list[SimPod] = []
+    bind = _Day.bind
+
+    def record(day: _Day, sim: SimPod, node: str, step: int) -> None:
+        created.append(sim)
+        assert day.records[node].allocatable.get(contract.RESOURCE_GPU, 0) > 0 and not day.records[node].spot
+        bind(day, sim, node, step)
+
+    monkeypatch.setattr(_Day, "bind", record)
+    result = run_day(small.with_changes(hours=4), WITHOUT)
+    assert result.run == WITHOUT and result.pods_created > 100 and len(created) >= 16
+    for sim in created:
+        assert dict(sim.demand.requests) == {contract.RESOURCE_GPU: sim.demand.gpu_count}  # no CPU, memory, MIG
+        assert sim.priority == 0 and sim.kind in ("inference", "training", "batch")
+        assert not any(k.startswith(contract.DOMAIN) for k in sim.pod["metadata"]["labels"])
+        assert not (sim.pod["metadata"].get("annotations") or {})  # nothing a webhook writes
+
+
+def test_every_run_sees_the_same_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the same pods created at the same steps with the same utilization and duration draws, whatever the run
+    scenario = load_scenario(DEFAULT_SCENARIO).with_changes(scale=SMALL, hours=3, warmup_hours=1)
+    seen: dict[str, list[tuple[str, float, int, int | None]]] = {}
+    admit = _Day.admit
+
+    def record(day: _Day, raw: dict[str, Any], busy: float, step: int, stream: str, run: int | None) -> Any:
+        seen.setdefault(day.run_name, []).append((raw["metadata"]["name"], busy, step, run))
+        return admit(day, raw, busy, step, stream, run)
+
+    monkeypatch.setattr(_Day, "admit", record)
+    results = run_all(scenario)
+    assert set(seen) == set(RUNS) == {"none", "spread", "gpupack"}
+    assert seen["none"] == seen["spread"] == seen["gpupack"] and len(seen["none"]) > 50
+    assert len({r.pods_created for r in results.values()}) == 1
+
+
+def test_without_gpupack_a_time_sliced_cluster_runs_nothing() -> None:
+    # the T4 nodes advertise only nvidia.com/gpu.shared: the 3 replicas asking nvidia.com/gpu wait all hour
+    result = run_day(tiny(), WITHOUT)
+    summary = result.summary()
+    assert set(result.gpus_in_use) == {0} and summary["mean_utilization_pct"] == 0
+    assert summary["pending_pod_minutes"] == 3 * 60 and summary["pending_at_end"] == 3
+    assert summary["pending_pod_minutes_by_class"] == {"inference": 180}
+    # both nodes empty all hour: removable after 10 minutes, 50 minutes each, 4 GPUs each
+    assert summary["removable_node_hours"] == pytest.approx(100 / 60, abs=0.05)
+    assert summary["billed_gpu_hours"] == pytest.approx(8 - 2 * 4 * 50 / 60, abs=0.05)
+
+
+def test_without_gpupack_each_replica_holds_a_whole_gpu_at_its_own_utilization() -> None:
+    # 3 replicas on 2 H100 nodes: 3 whole GPUs 20 % busy. LeastAllocated puts the second on the empty node (score
+    # 10 against 9), the third on either: both nodes in use, none removable, all 16 GPUs billed.
+    result = run_day(tiny(nodes=h100(2), inference=serving(3)), WITHOUT)
+    summary = result.summary()
+    assert set(result.gpus_in_use) == {3} and set(result.gpu_nodes) == {2}
+    assert summary["gpu_hours"] == 3.0 and result.mean_utilization == pytest.approx(0.2)
+    assert summary["busy_gpu_hours"] == pytest.approx(0.6)
+    assert summary["removable_node_hours"] == 0 and summary["billed_gpu_hours"] == 16.0
+    assert summary["pending_pod_minutes"] == 0
+
+
+def test_without_gpupack_more_whole_gpus_asked_than_there_are_pend() -> None:
+    # 10 replicas, 8 whole GPUs: 8 run all hour, 2 wait all hour
+    summary = run_day(tiny(nodes=h100(1), inference=serving(10)), WITHOUT).summary()
+    assert summary["gpu_hours"] == 8.0 and summary["mean_utilization_pct"] == 20.0
+    assert summary["pending_pod_minutes"] == 2 * 60 and summary["pending_at_end"] == 2
+
+
+def test_without_gpupack_jobs_do_not_go_to_tainted_spot_nodes() -> None:
+    # only spot H100s: gpupack's training pods tolerate the taint and run; without gpupack they wait from arrival
+    scenario = tiny(
+        inference=[],
+        nodes=h100(1, spot=True),
+        training=[{"name": "ft", "arrivalsPerHour": 6, "durationMinutes": {"mean": 30}, "gpus": 2}],
+    )
+    arrivals = [a for a in job_arrivals(scenario) if a.step < 60]
+    assert arrivals
+    without = run_day(scenario, WITHOUT).summary()
+    assert without["gpu_hours"] == 0 and without["pending_at_end"] == len(arrivals)
+    assert without["pending_pod_minutes"] == sum(60 - a.step for a in arrivals)
+    assert run_day(scenario, "gpupack").summary()["spot_gpu_hours"] > 0
+
+
+def test_without_gpupack_a_multi_gpu_job_holds_its_gpus() -> None:
+    scenario = tiny(
+        inference=[],
+        nodes=h100(1),
+        training=[{"name": "ft", "arrivalsPerHour": 2, "durationMinutes": {"mean": 10}, "gpus": 4}],
+    )
+    arrivals = job_arrivals(scenario)
+    result = run_day(scenario, WITHOUT)
+    # at most two 4-GPU jobs at a time on 8 GPUs; each holds 4 GPUs for its 10 steps once bound
+    assert set(result.gpus_in_use) <= {0, 4, 8} and max(result.gpus_in_use) > 0
+    assert sum(result.gpus_in_use) <= 4 * 10 * len(arrivals)
+
+
+@pytest.mark.parametrize(
+    ("saved", "before", "pending", "sentence"),
+    [
+        (4.5, "spread", 0, "gpupack saves 4.5% of the GPU-hours of spread"),
+        (
+            -85.1,
+            WITHOUT,
+            696,
+            "gpupack uses 85.1% more GPU-hours than the cluster without gpupack, where 696 pods were still pending"
+            " at the end of the day (699,663 pending pod-minutes)",
+        ),
+    ],
+)
+def test_the_saving_says_when_the_other_run_left_pods_pending(
+    saved: float, before: str, pending: int, sentence: str
+) -> None:
+    assert saving(saved, before, {"pending_at_end": pending, "pending_pod_minutes": 699663.0}) == sentence
+
+
 # the shipped example, small -----------------------------------------------------------------------------------
 def test_example_is_deterministic(small: Scenario, small_results: dict[str, Any]) -> None:
     assert run_day(small, "gpupack") == small_results["gpupack"]
+    assert run_day(small, WITHOUT) == small_results[WITHOUT]
     spread, gpupack = small_results["spread"], small_results["gpupack"]
-    assert spread.pods_created == gpupack.pods_created > 100 and spread.pods_denied == 0
+    assert spread.pods_created == gpupack.pods_created == small_results[WITHOUT].pods_created > 100
+    assert spread.pods_denied == 0
     assert spread.summary()["busy_gpu_hours"] > 0
+
+
+def test_example_without_gpupack_is_the_guides_before(small: Scenario, small_results: dict[str, Any]) -> None:
+    # whole GPUs held by replicas 15-30 % busy: the guide's "~20 %"; only the on-demand H100s advertise
+    # nvidia.com/gpu without a taint, so the rest of the cluster sits empty while pods pend
+    data = compare(small, small_results)
+    without, gpupack = data["policies"][WITHOUT], data["policies"]["gpupack"]
+    on_demand_gpus = 8 * small.scaled_count(4)
+    assert 15 <= without["mean_utilization_pct"] <= 30 < gpupack["mean_utilization_pct"]
+    assert without["peak_gpus_in_use"] <= on_demand_gpus and without["spot_gpu_hours"] == 0
+    assert without["gpu_nodes_peak"] <= small.scaled_count(4)
+    assert without["pending_pod_minutes"] > 100 * gpupack["pending_pod_minutes"] and without["pending_at_end"] > 0
+    assert data["gpupack_vs_none"]["mean_utilization_pct"] > 0
+    assert data["gpupack_vs_none"]["pending_pod_minutes"] < 0
 
 
 def test_example_gpupack_beats_spread(small: Scenario, small_results: dict[str, Any]) -> None:
@@ -217,6 +407,10 @@ def test_plot_and_cli(tmp_path: Path, small_results: dict[str, Any], capsys: pyt
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["simulate", "--scenario", str(DEFAULT_SCENARIO), "--scale", "0.25", "--hours", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data["policies"]) == {"spread", "gpupack"} and data["hours"] == 2
+    assert list(data["policies"]) == ["none", "spread", "gpupack"] and data["hours"] == 2
+    assert {"gpupack_vs_none", "gpupack_vs_spread"} <= set(data)
+    assert main(["simulate", "--scenario", str(DEFAULT_SCENARIO), "--scale", "0.25", "--hours", "2"]) == 0
+    header = capsys.readouterr().out.splitlines()[1].split()
+    assert header == ["without", "gpupack", "spread", "gpupack"]
     assert main(["simulate", "--scenario", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
