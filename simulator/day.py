@@ -6,9 +6,11 @@ and bound. A pod that fits nowhere stays pending and is retried the next step. T
 meter, and differ in two things only, how a pod is created and how kube-scheduler ranks nodes:
 
 - `none`, the cluster without gpupack: pods as developers write them without it (`without_gpupack`: whole GPUs,
-  no CPU or memory requests, no spot toleration, no PriorityClass), no webhook; kube-scheduler alone, its own
-  filters (`demo.scheduler`) and LeastAllocated (`extender.score.spread`, the function the `spread` run's
-  extender answers with), no extender filter and no live utilization: nothing of gpupack is called.
+  no CPU or memory requests, no spot toleration, no PriorityClass) on the same machines with MIG and
+  time-slicing off (`cluster_nodes(partitioned=False)`: every GPU advertised whole), no webhook;
+  kube-scheduler alone, its own filters (`demo.scheduler`) and LeastAllocated (`extender.score.spread`, the
+  function the `spread` run's extender answers with), no extender filter and no live utilization: nothing of
+  gpupack is called.
 - `spread` and `gpupack`: every pod admitted by the webhook's `plan()`; kube-scheduler's filters, then the
   extender's `verdict()` on each feasible node (the function behind `/filter` and `/prioritize`, on a `snapshot()`
   of a `ClusterState` holding the bound pods and of live GPU utilizations made from the pods' own) under that
@@ -107,7 +109,7 @@ class _Day:
         self.run_name = run
         self.with_gpupack = run != WITHOUT
         self.policy = day_policy(scenario, "spread" if run == "none" else run)  # (WITHOUT, spelled for mypy)
-        nodes = cluster_nodes(scenario)
+        nodes = cluster_nodes(scenario, partitioned=self.with_gpupack)
         self.node_json = {n["metadata"]["name"]: n for n in nodes}
         self.records: dict[str, NodeRecord] = {
             name: node_from_json(n, self.policy) for name, n in self.node_json.items()
@@ -261,7 +263,8 @@ class _Day:
         kube-scheduler's own plugin ranks differently, though not which nodes a pod may go to: it scores cpu and
         memory only, counting 100m and 200Mi for a pod that requests none, which also puts empty nodes first and
         nodes in use nearly level; PodTopologySpread and ImageLocality are not modelled. In the shipped example
-        the few nodes a whole-GPU pod may use are full all day, so the ranking changes none of its numbers."""
+        the on-demand nodes, the only ones a pod without a spot toleration may use, are full all day, so the
+        ranking changes little."""
         return {r.name: spread(sim.demand, snapshot(r, view, now, now)) for r in candidates}
 
     def schedule(self, step: int) -> None:

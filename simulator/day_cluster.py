@@ -25,9 +25,28 @@ MIG_PER_GPU = {"nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1, "nvidia.
 DEFAULT_REPLICAS = 4
 
 
-def group_resources(group: NodeGroup) -> tuple[dict[str, str], dict[str, int]]:
-    """GFD labels and GPU allocatable of one node of the group."""
+PARTITIONING_LABELS = (
+    "nvidia.com/mig.config",
+    "nvidia.com/mig.strategy",
+    "nvidia.com/gpu.replicas",
+    "nvidia.com/gpu.sharing-strategy",
+)
+"""The labels GPU Feature Discovery writes only on a node whose GPUs are partitioned (MIG) or time-sliced."""
+
+
+def group_resources(group: NodeGroup, *, partitioned: bool = True) -> tuple[dict[str, str], dict[str, int]]:
+    """GFD labels and GPU allocatable of one node of the group.
+
+    `partitioned=False` is the same machine in a cluster without gpupack, where nobody partitions GPUs that no
+    pod asks slices of: MIG off and no time-slicing config, so the device plugin advertises whole
+    `nvidia.com/gpu` and GFD drops the partitioning labels and the `-SHARED` product suffix.
+    """
     gpus = group.gpus_per_node
+    if not partitioned:
+        base = {"a100-mig": A100, "h100": H100}.get(group.gpu, T4)
+        labels = {k: v for k, v in base.items() if k not in PARTITIONING_LABELS}
+        labels["nvidia.com/gpu.product"] = labels["nvidia.com/gpu.product"].removesuffix("-SHARED")
+        return {**labels, "nvidia.com/gpu.count": str(gpus)}, {contract.RESOURCE_GPU: gpus}
     if group.gpu == "a100-mig":
         return {**A100, "nvidia.com/gpu.count": str(gpus)}, {r: n * gpus for r, n in MIG_PER_GPU.items()}
     if group.gpu == "h100":
@@ -37,9 +56,10 @@ def group_resources(group: NodeGroup) -> tuple[dict[str, str], dict[str, int]]:
     return labels, {contract.RESOURCE_GPU_SHARED: gpus * replicas}
 
 
-def node_json(name: str, group: NodeGroup) -> dict[str, Any]:
-    """A Node object of the group (spot nodes labelled and tainted like the demo's)."""
-    labels, gpus = group_resources(group)
+def node_json(name: str, group: NodeGroup, *, partitioned: bool = True) -> dict[str, Any]:
+    """A Node object of the group (spot nodes labelled and tainted like the demo's: the cloud's spot pools
+    are tainted with or without gpupack)."""
+    labels, gpus = group_resources(group, partitioned=partitioned)
     allocatable = {
         "cpu": str(group.cpu),
         "memory": f"{group.memory_gi}Gi",
@@ -55,10 +75,11 @@ def node_json(name: str, group: NodeGroup) -> dict[str, Any]:
     }
 
 
-def cluster_nodes(scenario: Scenario) -> list[dict[str, Any]]:
-    """Every node of the scenario at its scale, in group order."""
+def cluster_nodes(scenario: Scenario, *, partitioned: bool = True) -> list[dict[str, Any]]:
+    """Every node of the scenario at its scale, in group order; `partitioned=False` as a cluster without
+    gpupack sets them up (`group_resources`)."""
     return [
-        node_json(f"{group.name}-{i}", group)
+        node_json(f"{group.name}-{i}", group, partitioned=partitioned)
         for group in scenario.nodes
         for i in range(1, scenario.scaled_count(group.count) + 1)
     ]

@@ -13,7 +13,15 @@ import simulator.day
 from gpupack import contract
 from gpupack.cli import main
 from simulator.day import DEFAULT_SCENARIO, RUNS, WITHOUT, _Day, compare, plot_day, run_all, run_day
-from simulator.day_cluster import job_arrivals, job_pod, replica_pod, without_gpupack
+from simulator.day_cluster import (
+    MIG_PER_GPU,
+    PARTITIONING_LABELS,
+    cluster_nodes,
+    job_arrivals,
+    job_pod,
+    replica_pod,
+    without_gpupack,
+)
 from simulator.day_metrics import SimPod, saving
 from simulator.day_scenario import Scenario, ScenarioError, load_scenario, parse_scenario, replicas_at
 
@@ -287,16 +295,28 @@ def test_every_run_sees_the_same_arrivals(monkeypatch: pytest.MonkeyPatch) -> No
     assert len({r.pods_created for r in results.values()}) == 1
 
 
-def test_without_gpupack_a_time_sliced_cluster_runs_nothing() -> None:
-    # the T4 nodes advertise only nvidia.com/gpu.shared: the 3 replicas asking nvidia.com/gpu wait all hour
+def test_without_gpupack_the_same_machines_advertise_whole_gpus() -> None:
+    # nobody time-slices or partitions GPUs that no pod asks slices of: the T4s and A100s advertise nvidia.com/gpu
+    scenario = tiny(nodes=[{"name": "t4", "count": 1, "gpu": "t4"}, {"name": "a100", "count": 1, "gpu": "a100-mig"}])
+    partitioned = {n["metadata"]["name"]: n for n in cluster_nodes(scenario)}
+    whole = {n["metadata"]["name"]: n for n in cluster_nodes(scenario, partitioned=False)}
+    gpu_keys = {k for n in partitioned.values() for k in n["status"]["allocatable"] if k.startswith("nvidia.com/")}
+    assert gpu_keys == {contract.RESOURCE_GPU_SHARED, *MIG_PER_GPU}
+    for name, node in whole.items():
+        labels = node["metadata"]["labels"]
+        gpus = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia.com/")}
+        assert gpus == {contract.RESOURCE_GPU: labels["nvidia.com/gpu.count"]}, name
+        assert not set(labels) & set(PARTITIONING_LABELS) and not labels["nvidia.com/gpu.product"].endswith("SHARED")
+        assert node["spec"] == partitioned[name]["spec"]
+        assert node["status"]["allocatable"]["cpu"] == partitioned[name]["status"]["allocatable"]["cpu"]
+
+
+def test_without_gpupack_each_replica_holds_a_whole_t4() -> None:
+    # 3 replicas on 2 T4 nodes no longer time-sliced: 3 whole GPUs 20 % busy, nothing pending
     result = run_day(tiny(), WITHOUT)
     summary = result.summary()
-    assert set(result.gpus_in_use) == {0} and summary["mean_utilization_pct"] == 0
-    assert summary["pending_pod_minutes"] == 3 * 60 and summary["pending_at_end"] == 3
-    assert summary["pending_pod_minutes_by_class"] == {"inference": 180}
-    # both nodes empty all hour: removable after 10 minutes, 50 minutes each, 4 GPUs each
-    assert summary["removable_node_hours"] == pytest.approx(100 / 60, abs=0.05)
-    assert summary["billed_gpu_hours"] == pytest.approx(8 - 2 * 4 * 50 / 60, abs=0.05)
+    assert set(result.gpus_in_use) == {3} and result.mean_utilization == pytest.approx(0.2)
+    assert summary["pending_pod_minutes"] == 0 and summary["pending_at_end"] == 0
 
 
 def test_without_gpupack_each_replica_holds_a_whole_gpu_at_its_own_utilization() -> None:
@@ -376,14 +396,16 @@ def test_example_is_deterministic(small: Scenario, small_results: dict[str, Any]
 
 
 def test_example_without_gpupack_is_the_guides_before(small: Scenario, small_results: dict[str, Any]) -> None:
-    # whole GPUs held by replicas 15-30 % busy: the guide's "~20 %"; only the on-demand H100s advertise
-    # nvidia.com/gpu without a taint, so the rest of the cluster sits empty while pods pend
+    # whole GPUs held by replicas 15-30 % busy: the guide's "~20 %". Without spot tolerations only the on-demand
+    # nodes take pods, the spot pools sit empty and jobs pend for on-demand GPUs
     data = compare(small, small_results)
     without, gpupack = data["policies"][WITHOUT], data["policies"]["gpupack"]
-    on_demand_gpus = 8 * small.scaled_count(4)
+    on_demand = [g for g in small.nodes if not g.spot]
+    on_demand_gpus = sum(g.gpus_per_node * small.scaled_count(g.count) for g in on_demand)
     assert 15 <= without["mean_utilization_pct"] <= 30 < gpupack["mean_utilization_pct"]
     assert without["peak_gpus_in_use"] <= on_demand_gpus and without["spot_gpu_hours"] == 0
-    assert without["gpu_nodes_peak"] <= small.scaled_count(4)
+    assert without["gpu_nodes_peak"] <= sum(small.scaled_count(g.count) for g in on_demand)
+    assert without["gpu_hours"] > gpupack["gpu_hours"]
     assert without["pending_pod_minutes"] > 100 * gpupack["pending_pod_minutes"] and without["pending_at_end"] > 0
     assert data["gpupack_vs_none"]["mean_utilization_pct"] > 0
     assert data["gpupack_vs_none"]["pending_pod_minutes"] < 0
