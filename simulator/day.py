@@ -36,17 +36,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import orjson
 
 from demo.report import gpus_in_use
-from demo.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
 from extender.demand import demand_of
-from extender.inventory import NodeRecord, node_from_json
 from extender.live import LiveMetrics, NodeUtils
-from extender.score import priorities, spread
-from extender.state import ClusterState
-from extender.typical import ShapeBook
-from extender.verbs import View, judge, snapshot
 from gpupack import contract
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
@@ -61,6 +54,7 @@ from simulator.day_cluster import (
 from simulator.day_metrics import WITHOUT, DayResult, Meter, SimPod, comparison
 from simulator.day_plot import plot_day
 from simulator.day_scenario import Scenario, ScenarioError, load_scenario, replicas_at
+from simulator.placement import Placement, constraints_of
 from webhook.mutate import MutationContext, plan
 from webhook.patches import apply_patch
 
@@ -82,9 +76,6 @@ RUNS: tuple[Run, ...] = (WITHOUT, "spread", "gpupack")
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "synthetic-day.yaml"
 NO_LIVE = LiveMetrics({}, 0.0)
 """What kube-scheduler alone reads of DCGM: nothing."""
-Ranking = Callable[[SimPod, list[NodeRecord], View, float], dict[str, int]]
-"""kube-scheduler's node scores (0..10 before its x10 weight) for a pod on the nodes its own filters passed,
-leaving out any node an extender filters out."""
 
 
 def day_policy(scenario: Scenario, scoring: ScoringPolicy) -> Policy:
@@ -99,7 +90,8 @@ class _Day:
     """One run: the cluster, the pods, the clock. Mutable; `run_day` is the pure entry point.
 
     The run decides two strategies, chosen here once: `make_pod` (the webhook's decision, or the pod as written
-    without gpupack) and `rank` (the extender's answers, or kube-scheduler's own LeastAllocated). The policy is
+    without gpupack) and the `Placement`'s ranking (the extender's answers, or kube-scheduler's own
+    LeastAllocated). The policy is
     read in every run for what the cluster's objects say (the spot label, the time-slicing resource name); the
     run without gpupack reads it in `spread` scoring, the LeastAllocated it scores with.
     """
@@ -110,18 +102,17 @@ class _Day:
         self.with_gpupack = run != WITHOUT
         self.policy = day_policy(scenario, "spread" if run == "none" else run)  # (WITHOUT, spelled for mypy)
         nodes = cluster_nodes(scenario, partitioned=self.with_gpupack)
-        self.node_json = {n["metadata"]["name"]: n for n in nodes}
-        self.records: dict[str, NodeRecord] = {
-            name: node_from_json(n, self.policy) for name, n in self.node_json.items()
-        }
-        self.labels = {name: n["metadata"].get("labels") or {} for name, n in self.node_json.items()}
+        self.placement = Placement(
+            nodes,
+            self.policy,
+            np.random.default_rng(np.random.SeedSequence([scenario.seed, 2])),
+            extender=self.with_gpupack,
+        )
+        self.records = self.placement.records
+        self.state = self.placement.state
+        self.book = self.placement.book
         self.context = MutationContext(self.policy, f"day-{run}", facts_from_lists(None, {"items": nodes}))
         """What the webhook's `plan()` reads besides the pod (the run without gpupack never calls it)."""
-        self.state = ClusterState()
-        self.book = ShapeBook()
-        """The typical pod shapes, re-counted from the running pods as the extender does."""
-        self.state.replace_nodes(self.records.values())
-        self.rng = np.random.default_rng(np.random.SeedSequence([scenario.seed, 2]))
         self.draws = ReplicaDraws(scenario)
         self.arrivals = job_arrivals(scenario)
         self.next_arrival = 0
@@ -130,13 +121,11 @@ class _Day:
         self.pending: dict[str, SimPod] = {}
         self.ends: dict[int, list[SimPod]] = {}
         self.work: dict[str, float] = dict.fromkeys(self.records, 0.0)
-        self.static: dict[tuple[bytes, str], bool] = {}
         self.meter = Meter(scenario, self.records)
         self.seq = 0
         self.make_pod: Callable[[dict[str, Any]], dict[str, Any] | None] = (
             self.through_webhook if self.with_gpupack else without_gpupack
         )
-        self.rank: Ranking = self.extender_ranks if self.with_gpupack else self.least_allocated
 
     # pods ---------------------------------------------------------------------------------------------------
     def admit(self, raw: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None) -> SimPod | None:
@@ -162,13 +151,9 @@ class _Day:
         self, pod: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None, kind: str = ""
     ) -> SimPod:
         """The simulator's record of a created pod: its demand, priority and scheduling constraints."""
-        spec = pod["spec"]
-        constraints = orjson.dumps(
-            [spec.get("affinity"), spec.get("nodeSelector"), spec.get("tolerations")], option=orjson.OPT_SORT_KEYS
-        )
         demand = demand_of(pod, self.policy)
-        priority = int(spec.get("priority") or 0)
-        return SimPod(pod, demand, priority, busy, step, self.seq, stream, constraints, run_steps, kind)
+        priority = int(pod["spec"].get("priority") or 0)
+        return SimPod(pod, demand, priority, busy, step, self.seq, stream, constraints_of(pod), run_steps, kind)
 
     def delete(self, sim: SimPod) -> None:
         """A deleted pod frees its node at once (no graceful termination in the model)."""
@@ -223,72 +208,17 @@ class _Day:
         """Seconds since the start of the run (the state's and the live data's clock)."""
         return step * self.scenario.step_minutes * 60.0
 
-    def statically_ok(self, sim: SimPod, name: str) -> bool:
-        """kube-scheduler's node selector, required affinity and taint filters (cached per constraints and node)."""
-        key = (sim.constraints, name)
-        found = self.static.get(key)
-        if found is None:
-            node = self.node_json[name]
-            found = selects(sim.pod, self.labels[name]) and tolerates(sim.pod, node.get("spec", {}).get("taints") or [])
-            self.static[key] = found
-        return found
-
-    def choose(self, sim: SimPod, view: View, now: float) -> str | None:
-        """The node kube-scheduler would bind `sim` to, or None when no node passes every filter."""
-        demand = sim.demand
-        candidates = [
-            record
-            for name, record in self.records.items()
-            if self.statically_ok(sim, name) and fits(demand.requests, record.allocatable, self.state.used(name))
-        ]
-        answered = self.rank(sim, candidates, view, now)
-        if len(answered) <= 1:  # kube-scheduler skips scoring with one feasible node
-            return next(iter(answered), None)
-        totals = final_scores(answered, {n: preferred_affinity(sim.pod, self.labels[n]) for n in answered})
-        best = max(totals.values())
-        ties = [n for n, total in totals.items() if total == best]
-        return ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
-
-    def extender_ranks(self, sim: SimPod, candidates: list[NodeRecord], view: View, now: float) -> dict[str, int]:
-        """With the gpupack extender: its verdicts (`judge`, what `/filter` and `/prioritize` answer) on the nodes
-        kube-scheduler's filters passed, and its 0..10 answers for those it does not filter out."""
-        found = judge(sim.demand, [snapshot(r, view, now, now) for r in candidates], self.policy, view.book)
-        passed = {r.name: v.score for r, v in zip(candidates, found, strict=True) if v.rejection is None}
-        return dict(zip(passed, priorities(list(passed.values()), self.policy), strict=True))
-
-    def least_allocated(self, sim: SimPod, candidates: list[NodeRecord], view: View, now: float) -> dict[str, int]:
-        """Without gpupack: no extender is called, so no node is filtered out beyond kube-scheduler's own filters,
-        and each is scored by LeastAllocated (the `spread` function, 0..10, on the free fractions left).
-
-        kube-scheduler's own plugin ranks differently, though not which nodes a pod may go to: it scores cpu and
-        memory only, counting 100m and 200Mi for a pod that requests none, which also puts empty nodes first and
-        nodes in use nearly level; PodTopologySpread and ImageLocality are not modelled. In the shipped example
-        the on-demand nodes, the only ones a pod without a spot toleration may use, are full all day, so the
-        ranking changes little."""
-        return {r.name: spread(sim.demand, snapshot(r, view, now, now)) for r in candidates}
-
     def schedule(self, step: int) -> None:
-        """Pending pods by priority then age, like the scheduling queue; a shape that failed waits for next step."""
+        """Pending pods by priority then age, like the scheduling queue (`Placement.place`)."""
         now = self.clock(step)
-        if self.policy.extender.scoring == "gpupack":
-            self.book.refresh(self.state)
         live = self.live(step) if self.with_gpupack else NO_LIVE  # kube-scheduler alone reads no DCGM
-        view = View(self.state, live, self.policy, book=self.book)
-        failed: set[tuple[object, ...]] = set()
-        for sim in sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.seq)):
-            shape = (sim.demand.shape, sim.constraints)
-            if shape in failed:
-                continue
-            node = self.choose(sim, view, now)
-            if node is None:
-                failed.add(shape)
-                continue
-            self.bind(sim, node, step)
+        queue = sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.seq))
+        self.placement.place(queue, self.placement.view(live), now, lambda sim, node: self.bind(sim, node, step))
 
     def bind(self, sim: SimPod, node: str, step: int) -> None:
         """The pod runs on `node`: counted in the state (what the extender's watch would show) and in the work."""
         del self.pending[sim.demand.key]
-        self.state.upsert_pod(sim.demand.key, node, tuple(sim.demand.requests.items()))
+        self.placement.bind(sim, node)
         record = self.records[node]
         sim.node = node
         sim.gpu_work = sim.busy * sum(n * record.shares.get(r, 0.0) for r, n in sim.demand.requests.items())

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import simulator.day
+import simulator.placement
 from gpupack import contract
 from gpupack.cli import main
 from simulator.day import DEFAULT_SCENARIO, RUNS, WITHOUT, _Day, compare, plot_day, run_all, run_day
@@ -257,8 +258,8 @@ def test_the_run_without_gpupack_calls_nothing_of_gpupack(small: Scenario, monke
         raise AssertionError("the run without gpupack called gpupack")
 
     monkeypatch.setattr(simulator.day, "plan", called)  # the webhook
-    monkeypatch.setattr(simulator.day, "judge", called)  # the extender's filter and scores
-    monkeypatch.setattr(simulator.day, "priorities", called)  # the extender's answers
+    monkeypatch.setattr(simulator.placement, "judge", called)  # the extender's filter and scores
+    monkeypatch.setattr(simulator.placement, "priorities", called)  # the extender's answers
     monkeypatch.setattr(_Day, "live", called)  # the DCGM utilizations only the extender reads
     created: list[SimPod] = []
     bind = _Day.bind

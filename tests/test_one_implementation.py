@@ -84,7 +84,7 @@ async def test_prioritize_ranks_the_same_node_first_as_the_simulator(aiohttp_cli
             ours = {}
             day_pod = day.sim_pod(pod, 0.0, 0, "probe", None)
             for name, record in day.records.items():
-                if not day.statically_ok(day_pod, name):
+                if not day.placement.statically_ok(day_pod, name):
                     continue
                 found = verdict(day_pod.demand, snapshot(record, view, wall, wall), day.policy, day.book)
                 if found.rejection is None:

@@ -1,0 +1,158 @@
+"""kube-scheduler's choice of node for each pending pod, with the gpupack extender or without it: the placement
+step the synthetic day (`simulator.day`) runs every minute and the report's replay (`report.savings`) runs once.
+
+One `Placement` holds the nodes (as `node_from_json` reads them), the bound pods (`extender.state.ClusterState`,
+what the extender's watch would show) and kube-scheduler's static filter results, cached per pod constraints and
+node. For each pod, in the scheduling queue's order, it applies kube-scheduler's own filters (node selector,
+required affinity, taints, resource fit: `demo.scheduler`), then
+
+- with the extender: its verdicts on the nodes left (`extender.verbs.judge`, the function behind `/filter` and
+  `/prioritize`) and its 0..10 answers (`extender.score.priorities`);
+- without it: LeastAllocated (`extender.score.spread`), nothing of gpupack;
+
+adds them up as kube-scheduler does (`final_scores`, with preferred node affinity), breaks ties at random like
+`selectHost`, and binds. A pod that fits nowhere is left pending, and the pods of its shape and constraints after it
+are not tried again in the same pass, as the scheduling queue backs them off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import orjson
+
+from demo.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
+from extender.demand import PodDemand
+from extender.inventory import NodeRecord, node_from_json
+from extender.live import LiveMetrics
+from extender.score import priorities, spread
+from extender.state import ClusterState
+from extender.typical import ShapeBook
+from extender.verbs import View, judge, snapshot
+from gpupack.policy import Policy
+
+
+class Placeable(Protocol):
+    """What placement reads of a pending pod."""
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        """The pod as stored (after the webhook, if any)."""
+        ...
+
+    @property
+    def demand(self) -> PodDemand:
+        """Its requests as the extender reads them."""
+        ...
+
+    @property
+    def constraints(self) -> bytes:
+        """`constraints_of(pod)`: pods equal here pass the same static filters."""
+        ...
+
+
+P = TypeVar("P", bound=Placeable)
+
+
+def constraints_of(pod: Mapping[str, Any]) -> bytes:
+    """Affinity, node selector and tolerations serialised: the cache key of kube-scheduler's static filters."""
+    spec = pod.get("spec") or {}
+    return orjson.dumps(
+        [spec.get("affinity"), spec.get("nodeSelector"), spec.get("tolerations")], option=orjson.OPT_SORT_KEYS
+    )
+
+
+class Placement:
+    """The nodes, what is bound on them, and kube-scheduler's choice for the next pod. Mutable."""
+
+    def __init__(
+        self, nodes: Sequence[dict[str, Any]], policy: Policy, rng: np.random.Generator, *, extender: bool
+    ) -> None:
+        self.policy = policy
+        self.extender = extender
+        self.rng = rng
+        """Tie-breaks; the caller's generator, so a seeded run stays deterministic."""
+        self.node_json = {n["metadata"]["name"]: n for n in nodes}
+        self.records: dict[str, NodeRecord] = {name: node_from_json(n, policy) for name, n in self.node_json.items()}
+        self.labels = {name: n["metadata"].get("labels") or {} for name, n in self.node_json.items()}
+        self.state = ClusterState()
+        self.state.replace_nodes(self.records.values())
+        self.book = ShapeBook()
+        """The typical pod shapes, re-counted from the bound pods as the extender does."""
+        self.static: dict[tuple[bytes, str], bool] = {}
+
+    def view(self, live: LiveMetrics) -> View:
+        """What the extender reads for one scheduling pass: the bound pods, `live` and the typical shapes."""
+        if self.extender and self.policy.extender.scoring == "gpupack":
+            self.book.refresh(self.state)
+        return View(self.state, live, self.policy, book=self.book)
+
+    def statically_ok(self, pending: Placeable, name: str) -> bool:
+        """kube-scheduler's node selector, required affinity and taint filters (cached per constraints and node)."""
+        key = (pending.constraints, name)
+        found = self.static.get(key)
+        if found is None:
+            node = self.node_json[name]
+            taints = (node.get("spec") or {}).get("taints") or []
+            found = selects(pending.pod, self.labels[name]) and tolerates(pending.pod, taints)
+            self.static[key] = found
+        return found
+
+    def choose(self, pending: Placeable, view: View, now: float) -> str | None:
+        """The node kube-scheduler would bind the pod to, or None when no node passes every filter."""
+        requests = pending.demand.requests
+        candidates = [
+            record
+            for name, record in self.records.items()
+            if self.statically_ok(pending, name) and fits(requests, record.allocatable, self.state.used(name))
+        ]
+        answered = (self.extender_ranks if self.extender else self.least_allocated)(pending, candidates, view, now)
+        if len(answered) <= 1:  # kube-scheduler skips scoring with one feasible node
+            return next(iter(answered), None)
+        totals = final_scores(answered, {n: preferred_affinity(pending.pod, self.labels[n]) for n in answered})
+        best = max(totals.values())
+        ties = [n for n, total in totals.items() if total == best]
+        return ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
+
+    def extender_ranks(
+        self, pending: Placeable, candidates: list[NodeRecord], view: View, now: float
+    ) -> dict[str, int]:
+        """With the gpupack extender: its verdicts (`judge`, what `/filter` and `/prioritize` answer) on the nodes
+        kube-scheduler's filters passed, and its 0..10 answers for those it does not filter out."""
+        found = judge(pending.demand, [snapshot(r, view, now, now) for r in candidates], self.policy, view.book)
+        passed = {r.name: v.score for r, v in zip(candidates, found, strict=True) if v.rejection is None}
+        return dict(zip(passed, priorities(list(passed.values()), self.policy), strict=True))
+
+    def least_allocated(
+        self, pending: Placeable, candidates: list[NodeRecord], view: View, now: float
+    ) -> dict[str, int]:
+        """Without gpupack: no extender is called, so no node is filtered out beyond kube-scheduler's own filters,
+        and each is scored by LeastAllocated (the `spread` function, 0..10, on the free fractions left).
+
+        kube-scheduler's own plugin ranks differently, though not which nodes a pod may go to: it scores cpu and
+        memory only, counting 100m and 200Mi for a pod that requests none, which also puts empty nodes first and
+        nodes in use nearly level; PodTopologySpread and ImageLocality are not modelled. In the synthetic day the
+        on-demand nodes, the only ones a pod without a spot toleration may use, are full all day, so the
+        ranking changes little."""
+        return {r.name: spread(pending.demand, snapshot(r, view, now, now)) for r in candidates}
+
+    def bind(self, pending: Placeable, node: str) -> None:
+        """The pod is bound to `node`: counted in the state the next choices read."""
+        self.state.upsert_pod(pending.demand.key, node, tuple(pending.demand.requests.items()))
+
+    def place(self, queue: Iterable[P], view: View, now: float, bind: Callable[[P, str], None]) -> list[P]:
+        """Choose a node for each pod of `queue` in order and call `bind` with it (which must call `self.bind`);
+        returns the pods left pending. A shape that failed is not tried again in the pass."""
+        failed: set[tuple[object, ...]] = set()
+        left: list[P] = []
+        for pending in queue:
+            shape = (pending.demand.shape, pending.constraints)
+            node = None if shape in failed else self.choose(pending, view, now)
+            if node is None:
+                failed.add(shape)
+                left.append(pending)
+                continue
+            bind(pending, node)
+        return left
