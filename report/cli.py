@@ -119,6 +119,7 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
     from report.compare import compare, period
     from report.findings import Inputs
     from report.prices import read_prices
+    from report.savings import savings
 
     if bool(args.before) != bool(args.after):
         raise ValueError("--before and --after go together")
@@ -136,7 +137,8 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
         before = period(source.usage(span(args.before), metric, thresholds, progress))
         after = period(source.usage(span(args.after), metric, thresholds, progress))
         comparison = compare(before, after)
-    return build_report(Inputs(usage, cluster, policy, thresholds, prices), compare=comparison)
+    inputs = Inputs(usage, cluster, policy, thresholds, prices)
+    return build_report(inputs, savings(inputs), comparison)
 
 
 def run(args: argparse.Namespace) -> int:

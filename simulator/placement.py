@@ -4,7 +4,7 @@ step the synthetic day (`simulator.day`) runs every minute and the report's repl
 One `Placement` holds the nodes (as `node_from_json` reads them), the bound pods (`extender.state.ClusterState`,
 what the extender's watch would show) and kube-scheduler's static filter results, cached per pod constraints and
 node. For each pod, in the scheduling queue's order, it applies kube-scheduler's own filters (node selector,
-required affinity, taints, resource fit: `demo.scheduler`), then
+required affinity, taints, a cordoned node, resource fit: `demo.scheduler`), then
 
 - with the extender: its verdicts on the nodes left (`extender.verbs.judge`, the function behind `/filter` and
   `/prioritize`) and its 0..10 answers (`extender.score.priorities`);
@@ -32,6 +32,9 @@ from extender.state import ClusterState
 from extender.typical import ShapeBook
 from extender.verbs import View, judge, snapshot
 from gpupack.policy import Policy
+
+UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+"""The taint kube-scheduler's NodeUnschedulable plugin checks a cordoned node's pods against."""
 
 
 class Placeable(Protocol):
@@ -94,8 +97,10 @@ class Placement:
         key = (pending.constraints, name)
         found = self.static.get(key)
         if found is None:
-            node = self.node_json[name]
-            taints = (node.get("spec") or {}).get("taints") or []
+            spec = self.node_json[name].get("spec") or {}
+            taints = list(spec.get("taints") or [])
+            if spec.get("unschedulable"):  # NodeUnschedulable: a cordoned node, unless the pod tolerates it
+                taints.append(UNSCHEDULABLE)
             found = selects(pending.pod, self.labels[name]) and tolerates(pending.pod, taints)
             self.static[key] = found
         return found

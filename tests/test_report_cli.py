@@ -51,6 +51,15 @@ def test_json_from_logs_and_a_cluster_file(files: dict[str, Path], capsys: pytes
     found = {(f["kind"], f["node"], f["evidence"].get("reason")) for f in doc["findings"]}
     assert ("idle-node", "idle", None) in found and ("scale-down-blocker", "idle", "NotReplicated") in found
     assert "do not add GPUs" not in doc["summary"]["advice"]  # the mean is above 30 %
+    # no GPU pod in the cluster file: the replay needs no GPU node, all three (2 GPUs each, 48 h) could go
+    assert doc["savings"] == {
+        "gpu_nodes_now": 3,
+        "gpu_nodes_needed": 0,
+        "removable": ["hot", "idle", "under"],
+        "removable_gpu_hours": 288.0,
+        "removable_cost": None,
+        "unplaced": [],
+    }
 
 
 def test_the_terminal_and_the_html_page(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,6 +11,7 @@ import pytest
 from report.build import build_report
 from report.document import Finding
 from report.findings import all_findings
+from report.findings.sizing import resizes
 from report.prices import read_prices
 from report.usage import GpuUsage
 from tests.report_cluster_kit import A100, MIG_RESOURCES, WEEK, gpu, gpus, inputs, node, pdb, pod, usage
@@ -128,6 +129,36 @@ def test_an_oversized_workload_gets_the_mig_profile_the_webhook_would_choose() -
     assert finding.workload == "Deployment ml/embed" and finding.evidence["gpus"] == 2
     assert finding.evidence["suggested"] == "nvidia.com/mig-1g.10gb"
     assert "gpupack.io/workload=inference, gpupack.io/gpu-memory=8Gi" in finding.action
+
+
+def test_an_oversized_workload_is_told_to_drop_its_whole_gpu_limit() -> None:
+    # a GPU the pod names wins over the webhook's sizing (webhook.resources.apply_gpu): labels alone change nothing
+    objects = [node("g", 1), node("m", 0, **MIG_RESOURCES), pod("embed-7d9f8c-a", "g", {"nvidia.com/gpu": "1"})]
+    found = usage(gpu("g", 0, 12.0, fb_used_max=6000.0, pods=frozenset({"ml/embed-7d9f8c-a"})), gpu("m", 0, 40.0))
+    (finding,) = [f for f in all_findings(inputs(found, objects)) if f.kind == "oversized-workload"]
+    assert "drop its nvidia.com/gpu request and limit" in finding.action
+
+
+def test_a_workload_no_mig_profile_holds_gets_a_time_sliced_replica_where_offered() -> None:
+    # 30,000 MiB at most, 37Gi with headroom: more than the cluster's largest MIG profile (3g.20gb); the cluster
+    # time-slices H100s (81,559 MiB each), so a latency-tolerant replica is the webhook's answer
+    shared = node("h", 0, **{"nvidia.com/gpu.shared": "16"})
+    shared["metadata"]["labels"]["nvidia.com/gpu.memory"] = "81559"
+    objects = [node("g", 1), node("m", 0, **MIG_RESOURCES), shared, pod("big-7d9f8c-a", "g", {"nvidia.com/gpu": "1"})]
+    found = usage(gpu("g", 0, 12.0, fb_used_max=30_000.0, fb_total=80_000.0, pods=frozenset({"ml/big-7d9f8c-a"})))
+    (resize,) = resizes(inputs(found, objects))
+    assert resize.choice.resource == "nvidia.com/gpu.shared"
+    assert resize.labels == {
+        "gpupack.io/workload": "inference",
+        "gpupack.io/gpu-memory": "37Gi",
+        "gpupack.io/latency": "tolerant",
+    }
+    # time-sliced T4s (15,360 MiB) cannot hold it, and no time-sliced nodes at all neither: the action says what
+    # to offer first
+    shared["metadata"]["labels"]["nvidia.com/gpu.memory"] = "15360"
+    for cluster in (objects, [o for o in objects if o is not shared]):
+        (finding,) = [f for f in all_findings(inputs(found, cluster)) if f.kind == "oversized-workload"]
+        assert finding.evidence["suggested"] == "nvidia.com/gpu" and "offer MIG or time-slicing" in finding.action
 
 
 def test_without_pod_mapping_a_workload_alone_on_its_node_is_judged_by_the_node() -> None:
