@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from demo.cluster import NODES, RUNNING, SUBMITTED, Submitted, exporters, leader_lease, running_pods
 from demo.report import Cost, cost
 from demo.scheduler import feasible, final_scores, preferred_affinity
+from demo.week import report_week
 from extender.app import EXTENDER, Extender
 from extender.dcgm_text import exposition
 from extender.demand import pod_key, pod_requests
@@ -238,4 +239,9 @@ async def run_demo(workdir: Path) -> int:
     costs = {s: cost(records.values(), p.used, base + p.busy) for s, p in placements.items()}
     print("\n== the same pods under the default scheduler's spread scoring, and under gpupack")
     print("\n".join(summary(costs["gpupack"], costs["spread"])))
+    print(
+        "\n== measure first, verify after: a week of these nodes as `nvidia-smi --query-gpu=... -l 300` logged it,"
+        " read by gpupack report (offline: no Prometheus, no cluster)"
+    )
+    report_week(workdir, time.time() // 60 * 60)
     return 0

@@ -173,6 +173,13 @@ class Savings:
     removable_cost: float | None
     unplaced: tuple[str, ...] = ()
     """Pods the replay could not place (they would wait for capacity)."""
+    util_after: float | None = None
+    """Mean utilization of the GPUs the replayed pods hold, percent: each pod's measured work where it lands (an
+    overloaded node's GPUs count as fully busy)."""
+    overloaded: tuple[str, ...] = ()
+    """Nodes the replay gives more work than their GPUs can do: the saving there is not real."""
+    unmeasured_pods: int = 0
+    """Replayed pods whose work the window does not say (counted as none in `util_after`)."""
 
     def as_json(self) -> dict[str, Any]:
         """The `savings` object of `--json`."""
@@ -183,6 +190,9 @@ class Savings:
             "removable_gpu_hours": round(self.removable_gpu_hours, 1),
             "removable_cost": None if self.removable_cost is None else round(self.removable_cost, 2),
             "unplaced": list(self.unplaced),
+            "util_after": _round(self.util_after),
+            "overloaded": list(self.overloaded),
+            "unmeasured_pods": self.unmeasured_pods,
         }
 
 

@@ -168,6 +168,12 @@ def savings_rows(savings: Savings, currency: str | None) -> list[tuple[str, str]
         ("removable nodes", ", ".join(savings.removable) or "none"),
         ("removable GPU-hours", freed),
     ]
+    after = percent(savings.util_after)
+    if savings.unmeasured_pods:
+        after += f" ({savings.unmeasured_pods:,} pods unmeasured, counted idle)"
+    rows.append(("utilization of GPUs in use after", after))
+    if savings.overloaded:
+        rows.append(("over capacity after (no saving)", ", ".join(savings.overloaded)))
     if savings.unplaced:
         rows.append(("pods the replay could not place", ", ".join(savings.unplaced)))
     return rows

@@ -37,9 +37,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from demo.report import gpus_in_use
 from extender.demand import demand_of
-from extender.live import LiveMetrics, NodeUtils
+from extender.live import LiveMetrics
 from gpupack import contract
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
@@ -196,13 +195,7 @@ class _Day:
     # scheduling ---------------------------------------------------------------------------------------------
     def live(self, step: int) -> LiveMetrics:
         """What DCGM would report at the start of the step: each node's work spread over its GPUs in use."""
-        now = self.clock(step)
-        summary: dict[str, NodeUtils] = {}
-        for name, record in self.records.items():
-            in_use = gpus_in_use(record, self.state.used(name, now))
-            util = min(self.work[name] / in_use, 1.0) if in_use else 0.0
-            summary[name] = NodeUtils((util,) * in_use + (0.0,) * max(record.gpu_count - in_use, 0), now)
-        return LiveMetrics({}, now, summary, now, step + 1)
+        return self.placement.live(self.work, self.clock(step), step + 1)
 
     def clock(self, step: int) -> float:
         """Seconds since the start of the run (the state's and the live data's clock)."""

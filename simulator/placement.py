@@ -23,10 +23,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import orjson
 
+from demo.report import gpus_in_use
 from demo.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
 from extender.demand import PodDemand
 from extender.inventory import NodeRecord, node_from_json
-from extender.live import LiveMetrics
+from extender.live import LiveMetrics, NodeUtils
 from extender.score import priorities, spread
 from extender.state import ClusterState
 from extender.typical import ShapeBook
@@ -86,11 +87,25 @@ class Placement:
         """The typical pod shapes, re-counted from the bound pods as the extender does."""
         self.static: dict[tuple[bytes, str], bool] = {}
 
-    def view(self, live: LiveMetrics) -> View:
-        """What the extender reads for one scheduling pass: the bound pods, `live` and the typical shapes."""
-        if self.extender and self.policy.extender.scoring == "gpupack":
+    def view(self, live: LiveMetrics, *, recount: bool = True) -> View:
+        """What the extender reads for one scheduling pass: the bound pods, `live` and the typical shapes
+        (re-counted from the bound pods unless `recount` is false)."""
+        if recount and self.extender and self.policy.extender.scoring == "gpupack":
             self.book.refresh(self.state)
         return View(self.state, live, self.policy, book=self.book)
+
+    def live(self, work: Mapping[str, float], now: float, serial: int) -> LiveMetrics:
+        """What DCGM would report at `now`: each node's work (GPUs' worth busy) spread evenly over its GPUs in use
+        (`gpus_in_use`, the device plugin's packing), its other GPUs idle. `serial` must differ per snapshot."""
+        summary = {name: self.node_utils(name, work.get(name, 0.0), now) for name in self.records}
+        return LiveMetrics({}, now, summary, now, serial)
+
+    def node_utils(self, name: str, work: float, now: float) -> NodeUtils:
+        """One node's part of `live`."""
+        record = self.records[name]
+        in_use = gpus_in_use(record, self.state.used(name, now))
+        util = min(work / in_use, 1.0) if in_use else 0.0
+        return NodeUtils((util,) * in_use + (0.0,) * max(record.gpu_count - in_use, 0), now)
 
     def statically_ok(self, pending: Placeable, name: str) -> bool:
         """kube-scheduler's node selector, required affinity and taint filters (cached per constraints and node)."""

@@ -148,6 +148,9 @@ def make_report(*, priced: bool = False, pod: str = HOSTILE_POD) -> Report:
         13 * HOURS,
         13 * HOURS * 1.9 if priced else None,
         unplaced=("ml/huge-train-0",),
+        util_after=61.5,
+        overloaded=("t4-busy-1",),
+        unmeasured_pods=2,
     )
     return Report(
         window=WINDOW,

@@ -152,6 +152,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert placed["llm-7b"] == placed["llm-7b-b"] == "a100-mig-1"  # packed onto the A100 already in use
     empty = re.search(r"GPU nodes left empty\s+(\d+)\s+(\d+)", out)
     assert empty is not None and int(empty.group(2)) > int(empty.group(1))  # gpupack leaves more to remove
+    # the last step: gpupack report on a week of the nodes' nvidia-smi logs, offline
+    assert "do not add GPUs; share, schedule and scale down first" in out and "Savings with gpupack" in out
+    page = (tmp_path / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "idle-node" in page
 
 
 def test_simulate_prints_the_json_report_and_draws_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

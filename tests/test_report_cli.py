@@ -59,6 +59,9 @@ def test_json_from_logs_and_a_cluster_file(files: dict[str, Path], capsys: pytes
         "removable_gpu_hours": 288.0,
         "removable_cost": None,
         "unplaced": [],
+        "util_after": None,
+        "overloaded": [],
+        "unmeasured_pods": 0,
     }
 
 

@@ -184,9 +184,11 @@ def test_latency_critical_and_unlabelled_pods_on_time_sliced_gpus_are_found() ->
             labels={"gpupack.io/workload": "inference", "gpupack.io/latency": "tolerant"},
         ),
         pod("batch-7d9f8c-a", "t", shared, labels={"gpupack.io/workload": "batch"}),
+        pod("thumbs-1", "t", shared, owner="Job"),  # unlabelled, but a job's: no latency to protect
+        pod("notebook", "t", shared, owner=None),  # unlabelled and bare: nobody said it tolerates sharing
     ]
     found = kinds(all_findings(inputs(usage(gpu("t", 0, 50.0)), objects)))["shared-latency-critical"]
-    assert sorted(p for _, _, p, _ in found) == ["ml/critical-7d9f8c-a", "ml/plain-7d9f8c-a"]
+    assert sorted(p for _, _, p, _ in found) == ["ml/critical-7d9f8c-a", "ml/notebook", "ml/plain-7d9f8c-a"]
 
 
 def test_inference_and_statefulset_pods_on_spot_are_found() -> None:
@@ -197,9 +199,12 @@ def test_inference_and_statefulset_pods_on_spot_are_found() -> None:
         pod("db-0", "spot", owner="StatefulSet", owner_name="db"),
         pod("train-x", "spot", {"nvidia.com/gpu": "1"}, owner="Job", labels={"gpupack.io/workload": "training"}),
         pod("chat-7d9f8c-b", "od", {"nvidia.com/gpu": "1"}, labels={"gpupack.io/workload": "inference"}),
+        pod("canary-7d9f8c-a", "spot", {"nvidia.com/gpu": "1"}),  # a Deployment's, unlabelled: serving
+        pod("sweep-x", "spot", {"nvidia.com/gpu": "1"}, owner="Job"),  # a job's, unlabelled: spot is fine
     ]
     found = kinds(all_findings(inputs(usage(*gpus("spot", 4, 50.0), *gpus("od", 4, 50.0)), objects)))
-    assert sorted(p for _, _, p, _ in found["inference-on-spot"]) == ["ml/chat-7d9f8c-a", "ml/db-0"]
+    on_spot = sorted(p for _, _, p, _ in found["inference-on-spot"])
+    assert on_spot == ["ml/canary-7d9f8c-a", "ml/chat-7d9f8c-a", "ml/db-0"]
 
 
 TOLERANT = ("gpupack.io/latency", "tolerant")
@@ -287,3 +292,12 @@ def test_the_json_document_has_the_issues_fields() -> None:
     assert set(doc["nodes"][0]) == {"node", "model", "gpus", "util_mean", "util_p95", "fb_used_fraction", "class"}
     assert set(doc["findings"][0]) == {"kind", "severity", "node", "gpu", "pod", "workload", "evidence", "action"}
     assert doc["compare"] is None
+
+
+def test_a_node_without_utilization_is_unmeasured_and_says_how_to_measure_it() -> None:
+    # nvidia-smi on GPUs in MIG mode: utilization [N/A], framebuffer read
+    found = usage(gpu("m", 0, None, fb_used_mean=20_480.0), gpu("m", 1, None, fb_used_mean=0.0), gpu("a", 0, 50.0))
+    unmeasured = [f for f in all_findings(inputs(found)) if f.kind == "unmeasured-node"]
+    assert [(f.node, f.severity) for f in unmeasured] == [("m", "info")]
+    assert unmeasured[0].evidence == {"gpus": 2, "fb_used_fraction": 0.25}
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in unmeasured[0].action

@@ -136,14 +136,15 @@ def test_findings_without_money_are_ordered_by_idle_gpu_hours() -> None:
 
 def test_savings_and_before_after_are_printed_with_the_verdict() -> None:
     text = text_of(make_report(priced=True))
-    for expected in (
-        "removable nodes                  a100-idle-1, t4-idle-2, t4-under-1",
-        "removable GPU-hours              2,184.0 (USD 4,149.60)",
-        "pods the replay could not place  ml/huge-train-0",
-        "4.7621",
-        "2.9411",
-        "effective: GPU-hours per busy GPU-hour fell from 4.76 to 2.94.",
+    for label, value in (
+        ("removable nodes", "a100-idle-1, t4-idle-2, t4-under-1"),
+        ("removable GPU-hours", "2,184.0 (USD 4,149.60)"),
+        ("utilization of GPUs in use after", "61.5 % (2 pods unmeasured, counted idle)"),
+        ("over capacity after (no saving)", "t4-busy-1"),
+        ("pods the replay could not place", "ml/huge-train-0"),
     ):
+        assert re.search(rf"{re.escape(label)} +{re.escape(value)}", text), label
+    for expected in ("4.7621", "2.9411", "effective: GPU-hours per busy GPU-hour fell from 4.76 to 2.94."):
         assert expected in text
     report = make_report()
     worse = replace(report, compare=replace(report.compare, effective=False, verdict="no change"))

@@ -11,15 +11,35 @@ from report.cluster import controller, gpu_resources, key, labels_of, workload
 from report.document import Finding
 from report.findings.inputs import Inputs
 
+BATCH_OWNERS = ("Job", "CronJob")
+"""Controllers of run-to-completion pods: not serving anything whose latency matters."""
+
+
+def _serving(pod: dict[str, Any]) -> str | None:
+    """Why the pod counts as inference, or None: labelled or admitted as inference, or, without a gpupack label,
+    run by a ReplicaSet (a Deployment's: GPU Deployments serve models)."""
+    labels = labels_of(pod)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    said = labels.get(contract.LABEL_WORKLOAD)
+    if said is None and isinstance(annotations, dict):
+        said = annotations.get(contract.ANNOTATION_CLASS)
+    if said is not None:
+        return "inference pod" if said == "inference" else None
+    owner = controller(pod)
+    return "Deployment pod without a gpupack label" if owner is not None and owner.get("kind") == "ReplicaSet" else None
+
 
 def _latency_critical(pod: dict[str, Any]) -> bool:
-    """Labelled critical, or inference without a latency label (critical is the default), or not labelled for
-    gpupack at all (nobody said it tolerates sharing)."""
+    """Labelled critical, or inference without a latency label (critical is the default), or a pod nobody said
+    anything about that is not a job's (nobody said it tolerates sharing)."""
     found = labels_of(pod)
     latency = found.get(contract.LABEL_LATENCY)
     if latency is not None:
         return latency == "critical"
-    return found.get(contract.LABEL_WORKLOAD) in (None, "inference")
+    if found.get(contract.LABEL_WORKLOAD) is not None:
+        return found[contract.LABEL_WORKLOAD] == "inference"
+    owner = controller(pod)
+    return owner is None or owner.get("kind") not in BATCH_OWNERS
 
 
 def _inference_or_stateful(pod: dict[str, Any]) -> str | None:
@@ -27,12 +47,7 @@ def _inference_or_stateful(pod: dict[str, Any]) -> str | None:
     owner = controller(pod)
     if owner is not None and owner.get("kind") == "StatefulSet":
         return "StatefulSet pod"
-    if labels_of(pod).get(contract.LABEL_WORKLOAD) == "inference":
-        return "inference pod"
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if isinstance(annotations, dict) and annotations.get(contract.ANNOTATION_CLASS) == "inference":
-        return "inference pod"
-    return None
+    return _serving(pod)
 
 
 def findings(inputs: Inputs) -> list[Finding]:

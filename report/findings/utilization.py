@@ -1,5 +1,5 @@
-"""Idle, underused and hot nodes by the guide's thresholds, and GPUs that look busy by GPU_UTIL while their engine
-is mostly idle (`light-kernels`)."""
+"""Idle, underused and hot nodes by the guide's thresholds, nodes with no utilization to judge
+(`unmeasured-node`), and GPUs that look busy by GPU_UTIL while their engine is mostly idle (`light-kernels`)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,18 @@ def _money(inputs: Inputs, node: str) -> dict[str, float | None]:
     return {"idle_gpu_hours": round(hours, 1), "cost": None if price is None else round(hours * price, 2)}
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def findings(inputs: Inputs) -> list[Finding]:
     """One finding per idle, underused or hot node, and one per GPU with light kernels."""
     t = inputs.thresholds
     out: list[Finding] = []
     for name, node in inputs.nodes.items():
         node_class = inputs.classes[name]
-        evidence = {"util_mean": node.util_mean, "util_p95": node.util_p95, "gpus": node.gpus, **_money(inputs, name)}
+        utils = {"util_mean": _round(node.util_mean, 1), "util_p95": _round(node.util_p95, 1)}
+        evidence = {**utils, "gpus": node.gpus, **_money(inputs, name)}
         if node_class == "idle":
             out.append(
                 Finding(
@@ -51,7 +56,19 @@ def findings(inputs: Inputs) -> list[Finding]:
                     f"over {t.hot:g} %, the guide's alert level: capacity may be short; keep latency-critical "
                     "pods off it (gpupack's extender skips hot nodes for them) and add GPUs if pods wait",
                     node=name,
-                    evidence={"util_mean": node.util_mean, "util_p95": node.util_p95, "gpus": node.gpus},
+                    evidence={**utils, "gpus": node.gpus},
+                )
+            )
+        elif node_class == "unknown":
+            out.append(
+                Finding(
+                    "unmeasured-node",
+                    "info",
+                    "no utilization for the window: nvidia-smi reads [N/A] on GPUs in MIG mode (NVML does not "
+                    "measure MIG instances). Measure it with the DCGM exporter, whose DCGM_FI_PROF_GR_ENGINE_ACTIVE "
+                    "covers MIG instances, and run the report with --prometheus-url",
+                    node=name,
+                    evidence={"gpus": node.gpus, "fb_used_fraction": _round(node.fb_used_fraction, 3)},
                 )
             )
     for gpu in inputs.physical:
