@@ -10,7 +10,7 @@ host label (`Hostname` before dcgm-exporter #655, `hostname` after), optionally 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -80,33 +80,52 @@ def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node}/{index}')}"
 
 
-def _labels(node: Node, index: int, mig: MigInstance | None, workload: Workload | None) -> dict[str, str]:
+def series_labels(
+    node: str,
+    host_label: HostLabel,
+    model: str,
+    driver_version: str | None,
+    index: int,
+    mig: tuple[str, int] | None = None,
+    workload: Workload | None = None,
+) -> dict[str, str]:
+    """The labels the exporter of `node` writes on a series of GPU `index` (of MIG instance `(profile, id)`),
+    mapped to `workload`."""
     labels = {
         "gpu": str(index),
-        "UUID": gpu_uuid(node.name, index),
+        "UUID": gpu_uuid(node, index),
         "pci_bus_id": f"00000000:{0x18 + index * 0x10:02X}:00.0",
         "device": f"nvidia{index}",
-        "modelName": node.model,
+        "modelName": model,
     }
     if mig is not None:
-        labels["GPU_I_PROFILE"] = mig.profile
-        labels["GPU_I_ID"] = str(mig.instance_id)
-    labels[node.host_label] = node.name
-    if node.driver_version:
-        labels["DCGM_FI_DRIVER_VERSION"] = node.driver_version
+        labels["GPU_I_PROFILE"] = mig[0]
+        labels["GPU_I_ID"] = str(mig[1])
+    labels[host_label] = node
+    if driver_version:
+        labels["DCGM_FI_DRIVER_VERSION"] = driver_version
     if workload is not None:
         labels.update(container=workload.container, namespace=workload.namespace, pod=workload.pod)
     return labels
+
+
+def _labels(node: Node, index: int, mig: MigInstance | None, workload: Workload | None) -> dict[str, str]:
+    instance = None if mig is None else (mig.profile, mig.instance_id)
+    return series_labels(node.name, node.host_label, node.model, node.driver_version, index, instance, workload)
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+def label_set(labels: Mapping[str, str]) -> str:
+    """`{k="v",...}` as the text formats (Prometheus 0.0.4 and OpenMetrics) write it, values escaped."""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+
+
 def _line(name: str, labels: dict[str, str], value: float, timestamp: float | None) -> str:
-    body = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
     stamp = f" {round(timestamp * 1000)}" if timestamp is not None else ""
-    return f"{name}{{{body}}} {value:g}{stamp}"
+    return f"{name}{label_set(labels)} {value:g}{stamp}"
 
 
 def samples(nodes: Iterable[Node]) -> dict[str, list[tuple[dict[str, str], float]]]:

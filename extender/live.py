@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -108,6 +108,24 @@ def node_of(labels: Mapping[str, str], node_label: str | None) -> str | None:
     return None
 
 
+def exporter_pods(labels: Iterable[Mapping[str, str]]) -> set[str]:
+    """The exporter's own pods among these series: a `pod` seen beside an `exported_pod` is a ServiceMonitor
+    target's (the exporter DaemonSet pod), never a workload, on that series and on every other one."""
+    return {each["pod"] for each in labels if each.get("exported_pod") and "pod" in each}
+
+
+def workload(labels: Mapping[str, str], exporters: Set[str]) -> tuple[str, str] | None:
+    """`(namespace, pod)` of the workload a series maps its GPU to: `exported_pod` (through a ServiceMonitor)
+    else `pod`, with the namespace beside it; None without a pod or when the pod is one of `exporters`."""
+    if labels.get("exported_pod"):
+        pod, namespace = labels["exported_pod"], labels.get("exported_namespace", "")
+    else:
+        pod, namespace = labels.get("pod", ""), labels.get("namespace", "")
+    if not pod or pod in exporters:
+        return None
+    return namespace, pod
+
+
 def _slices(profile: str) -> int:
     match = _COMPUTE_SLICES.match(profile)
     return int(match.group(1)) if match else 1
@@ -116,7 +134,7 @@ def _slices(profile: str) -> int:
 def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) -> LiveMetrics:
     """Fold DCGM series into per-node, per-GPU state. Series without a node or GPU label are skipped."""
     series = list(series)
-    exporter_pods = {s.labels["pod"] for s in series if s.labels.get("exported_pod") and "pod" in s.labels}
+    exporters = exporter_pods(s.labels for s in series)
     nodes: dict[str, dict[str, GpuLive]] = {}
     for s in series:
         node = node_of(s.labels, node_label)
@@ -125,9 +143,9 @@ def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) 
             continue
         gpu = nodes.setdefault(node, {}).setdefault(gpu_index, GpuLive())
         gpu.at = max(gpu.at, s.at)
-        pod = s.labels.get("exported_pod") or s.labels.get("pod")
-        if pod and pod not in exporter_pods:
-            gpu.pods.add(pod)
+        used_by = workload(s.labels, exporters)
+        if used_by is not None:
+            gpu.pods.add(used_by[1])
         instance = s.labels.get("GPU_I_ID", "")
         if s.signal == GPU_UTIL and not instance:
             gpu.util = min(max(s.value / 100.0, 0.0), 1.0)
