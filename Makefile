@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-hostile bench-extender bench-simulator clean
+.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-hostile bench-extender bench-simulator bench-report clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,7 @@ unit: $(VENV)/.test-deps system-deps
 
 test: lint typecheck unit
 
-bench: bench-webhook bench-hostile bench-extender bench-simulator
+bench: bench-webhook bench-hostile bench-extender bench-simulator bench-report
 
 bench-webhook: $(VENV)/.test-deps bench-deps
 	$(BIN)/python -m bench.webhook
@@ -68,6 +68,9 @@ bench-extender: $(VENV)/.test-deps bench-deps
 
 bench-simulator: $(VENV)/.test-deps
 	$(BIN)/python -m bench.simulator --cpu 0
+
+bench-report: $(VENV)/.test-deps system-deps
+	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report
 
 clean:
 	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -15,17 +15,22 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpupack.argtypes import positive_float
 from report.document import Thresholds
 from report.nvidia_smi import NvidiaSmiLogs
 from report.window import span, window
 
 if TYPE_CHECKING:
+    from gpupack.policy import Policy
     from report.cluster import Cluster
     from report.document import Report
     from report.prices import Prices
     from report.sources import Progress, UsageSource
     from report.usage import Usage, UtilizationMetric, Window
 
+DEFAULT_WORK_UNIT = "busy GPU-hour"
+"""The unit of work without `--work-query`: a GPU-hour at 100 %."""
+WORK_UNIT = "unit of --work-query"
 DEFAULT_WINDOW = "7d"
 """The guide's: a node under 30 % for a week is in scope."""
 
@@ -63,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--work-query", metavar="PROMQL", help="with Prometheus: the total work of a window, `{window}` substituted"
     )
     parser.add_argument(
+        "--query-timeout",
+        type=positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="with Prometheus: the timeout of each query (default 120)",
+    )
+    parser.add_argument(
         "--metric",
         choices=["gpu-util", "engine-active"],
         default="gpu-util",
@@ -96,10 +108,17 @@ def _cluster(args: argparse.Namespace) -> Cluster | None:
     return None
 
 
-def _source(args: argparse.Namespace, policy_path: Path | None) -> UsageSource:
+def _source(args: argparse.Namespace, policy: Policy) -> UsageSource:
+    """The usage source the arguments name; Prometheus with the extender's node label (the policy's
+    `extender.metrics.nodeLabel`), so the report reads the nodes the extender scores."""
     if args.nvidia_smi:
         return NvidiaSmiLogs(args.nvidia_smi)
-    raise ValueError("--prometheus-url is not available in this build yet: use --nvidia-smi")
+    from report.prometheus import PrometheusUsage
+
+    url = str(args.prometheus_url).rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"--prometheus-url {args.prometheus_url!r}: give an http:// or https:// URL")
+    return PrometheusUsage.from_policy(url, policy.extender.metrics, timeout_seconds=args.query_timeout)
 
 
 def _window(args: argparse.Namespace, source: UsageSource) -> Window:
@@ -129,16 +148,34 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
     metric: UtilizationMetric = args.metric
     policy = load_policy_file(args.config).policy
     prices: Prices | None = read_prices(args.prices) if args.prices else None
-    source = _source(args, args.config)
-    cluster = _cluster(args)
-    usage: Usage = source.usage(_window(args, source), metric, thresholds, progress)
-    comparison = None
-    if args.before and args.after:
-        before = period(source.usage(span(args.before), metric, thresholds, progress))
-        after = period(source.usage(span(args.after), metric, thresholds, progress))
-        comparison = compare(before, after)
+    source = _source(args, policy)
+    try:
+        cluster = _cluster(args)
+        usage: Usage = source.usage(_window(args, source), metric, thresholds, progress)
+        comparison = None
+        if args.before and args.after:
+            sides = [span(args.before), span(args.after)]
+            before, after = (
+                period(source.usage(w, metric, thresholds, progress), _work(args, source, w)) for w in sides
+            )
+            comparison = compare(before, after, WORK_UNIT if args.work_query else DEFAULT_WORK_UNIT)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
     inputs = Inputs(usage, cluster, policy, thresholds, prices)
     return build_report(inputs, savings(inputs), comparison)
+
+
+def _work(args: argparse.Namespace, source: UsageSource, over: Window) -> float | None:
+    """The window's total of `--work-query` (None without one: busy GPU-hours are the work)."""
+    if not args.work_query:
+        return None
+    from report.prometheus import PrometheusUsage
+
+    if not isinstance(source, PrometheusUsage):
+        raise ValueError("--work-query needs --prometheus-url (it is a PromQL query)")
+    return source.total(args.work_query, over)
 
 
 def run(args: argparse.Namespace) -> int:

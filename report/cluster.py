@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from extender.demand import DemandError, pod_requests
+from extender.inventory import node_from_json
 from gpupack import contract
 from gpupack.policy import Policy
 
@@ -116,6 +117,20 @@ def gpu_resources(pod: Mapping[str, Any], policy: Policy) -> dict[str, int]:
 def is_spot(node: Mapping[str, Any], policy: Policy) -> bool:
     """Whether the node carries the policy's spot label."""
     return labels_of(node).get(policy.spot.label.key) == policy.spot.label.value
+
+
+def gpu_nodes_of(cluster: Cluster, policy: Policy) -> list[dict[str, Any]]:
+    """The nodes advertising a GPU resource (only they can take the replayed pods). Raises ClusterError naming
+    the node whose object the extender cannot read."""
+    out = []
+    for node in cluster.nodes:
+        try:
+            record = node_from_json(node, policy)
+        except ValueError as exc:
+            raise ClusterError(f"{cluster.source}: {exc}") from exc
+        if record.gpu_resources:
+            out.append(node)
+    return out
 
 
 def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:

@@ -25,9 +25,10 @@ each naming the URL and the query.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -41,10 +42,10 @@ from urllib3.util.retry import Retry
 from extender.live import FB_FREE, FB_USED, GR_ENGINE_ACTIVE
 from gpupack.policy import MetricsPolicy
 from report import promql
-from report.document import Thresholds
+from report.document import Thresholds, iso
 from report.series import Catalog, Key, Labels, Row, Stat, gpus, hourly
 from report.sources import Progress
-from report.usage import Usage, UtilizationMetric, Window, compute_slices
+from report.usage import GpuUsage, Usage, UtilizationMetric, Window, compute_slices
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 """Per query. Longer than the extender's 10 s: a week of 1,000 nodes takes seconds per query, not milliseconds."""
@@ -106,6 +107,15 @@ def needs(catalog: Catalog, util: Stat, engine: Stat) -> tuple[dict[str, int], b
             whole_engine.add(key)
     whole_util = {key for number in util if (key := catalog.series[number].key) is not None}
     return slices, whole_engine != whole_util
+
+
+def present(found: Iterable[GpuUsage], by_hour: Mapping[str, Sequence[float | None]]) -> Iterator[GpuUsage]:
+    """Each GPU with the hours its node reported in the window (the hours of its hourly means that have a
+    number): a node the autoscaler added or removed mid-window counts only the hours it was there, to the hour.
+    A node without hourly means keeps None (the whole window)."""
+    hours = {node: sum(value is not None for value in values) for node, values in by_hour.items()}
+    for gpu in found:
+        yield gpu if gpu.node not in hours else dataclasses.replace(gpu, hours=float(hours[gpu.node]))
 
 
 class PrometheusUsage:
@@ -202,6 +212,20 @@ class PrometheusUsage:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise ValueError(f"Prometheus {self.url}: a range answer without values; query: {query[:300]}") from exc
 
+    def total(self, template: str, window: Window) -> float:
+        """The work done in `window` by a business metric (`--work-query`): `template` with `{window}` replaced by
+        the window's length, evaluated at its end (1 ms before, as the usage queries), its series summed, so
+        `sum(increase(tokens_total[{window}]))` and `increase(tokens_total[{window}])` give the same total.
+        Raises ValueError when the answer holds no finite number: no work to divide by."""
+        query = template.replace("{window}", promql.duration(window.seconds))
+        values = [value for _, value in self.instant(query, window.end - 0.001)]
+        known = [value for value in values if value is not None]
+        if not known:
+            why = "no series" if not values else "no finite value"
+            span = f"{iso(window.start)}..{iso(window.end)}"
+            raise ValueError(f"Prometheus {self.url}: --work-query gave {why} for {span}; query: {query}")
+        return sum(known)
+
     def usage(
         self, window: Window, metric: UtilizationMetric, thresholds: Thresholds, progress: Progress | None = None
     ) -> Usage:
@@ -258,11 +282,12 @@ class PrometheusUsage:
             report("hourly")
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the queries not yet sent never are
+        by_hour = hourly(hour_rows, self.node_label, round(first), hours)
         return Usage(
             window=window,
             source=f"Prometheus {self.url}",
-            gpus=tuple(gpus(catalog, stats)),
-            hourly=hourly(hour_rows, self.node_label, round(first), hours),
+            gpus=tuple(present(gpus(catalog, stats), by_hour)),
+            hourly=by_hour,
             samples=sum(len(numbers) for numbers in stats.values()) + sum(len(points) for _, points in hour_rows),
             metric=metric,
         )

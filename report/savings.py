@@ -31,13 +31,12 @@ import numpy as np
 
 from demo.report import gpus_in_use
 from extender.demand import DemandError, PodDemand, demand_of
-from extender.inventory import NodeRecord, node_from_json
+from extender.inventory import NodeRecord
 from extender.live import LiveMetrics
 from extender.typical import REFRESH_PODS
 from gpupack import contract
 from gpupack.kube import facts_from_lists
-from gpupack.policy import Policy
-from report.cluster import Cluster, ClusterError, gpu_resources, is_daemonset_pod, key, labels_of
+from report.cluster import Cluster, gpu_nodes_of, gpu_resources, is_daemonset_pod, key, labels_of
 from report.document import Savings
 from report.findings.inputs import Inputs
 from report.findings.sizing import resizes
@@ -88,20 +87,6 @@ def gpu_pods(cluster: Cluster, inputs: Inputs) -> list[dict[str, Any]]:
         and not is_daemonset_pod(p)
         and gpu_resources(p, inputs.policy)
     ]
-
-
-def gpu_nodes_of(cluster: Cluster, policy: Policy) -> list[dict[str, Any]]:
-    """The nodes advertising a GPU resource (only they can take the replayed pods). Raises ClusterError naming
-    the node whose object the extender cannot read."""
-    out = []
-    for node in cluster.nodes:
-        try:
-            record = node_from_json(node, policy)
-        except ValueError as exc:
-            raise ClusterError(f"{cluster.source}: {exc}") from exc
-        if record.gpu_resources:
-            out.append(node)
-    return out
 
 
 def pod_work(inputs: Inputs, records: Mapping[str, NodeRecord], pods: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -190,6 +190,7 @@ def fold_mig(gpus: Sequence[GpuUsage]) -> list[GpuUsage]:
             fb_total=sum(total) if total else None,
             held_idle=_mean(p.held_idle for p in parts),
             pods=frozenset().union(*(p.pods for p in parts)),
+            hours=max((p.hours for p in parts if p.hours is not None), default=None),
         )
     return [whole[key] for key in sorted(whole, key=lambda k: (k[0], _index(k[1])))]
 

@@ -301,3 +301,18 @@ def test_a_node_without_utilization_is_unmeasured_and_says_how_to_measure_it() -
     assert [(f.node, f.severity) for f in unmeasured] == [("m", "info")]
     assert unmeasured[0].evidence == {"gpus": 2, "fb_used_fraction": 0.25}
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in unmeasured[0].action
+
+
+def test_a_gpu_node_the_source_has_nothing_about_is_unmeasured() -> None:
+    # `dark` runs no exporter (or is not scraped); `cpu` has no GPU resource and is no concern of the report.
+    cpu = node("cpu", 0)
+    del cpu["status"]["allocatable"]["nvidia.com/gpu"]
+    objects = [node("seen", 2), node("dark", 4, **MIG_RESOURCES), cpu]
+    found = [f for f in all_findings(inputs(usage(*gpus("seen", 2, 50.0)), objects)) if f.kind == "unmeasured-node"]
+    assert [(f.node, f.severity) for f in found] == [("dark", "info")]
+    assert found[0].evidence == {
+        "gpu_resources": "nvidia.com/gpu=4, nvidia.com/mig-1g.10gb=2, nvidia.com/mig-1g.5gb=4, "
+        "nvidia.com/mig-3g.20gb=2",
+        "samples": 0,
+    }
+    assert "nothing from test names this GPU node" in found[0].action

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from gpupack import contract
+from report import cluster
 from report.document import Finding
 from report.findings.inputs import Inputs
 
@@ -17,8 +19,36 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _unseen(inputs: Inputs) -> list[Finding]:
+    """`unmeasured-node` for the cluster's GPU nodes the source has nothing about: no exporter there, a
+    Prometheus that does not scrape it, a series naming the node by another label, or no log for it. Savings and
+    classes leave them out, so they are said, not silently dropped."""
+    if inputs.cluster is None:
+        return []
+    shared = inputs.policy.time_slicing.resource_name
+    out = []
+    for node in cluster.gpu_nodes_of(inputs.cluster, inputs.policy):
+        node_name = cluster.name(node)
+        if node_name in inputs.nodes:
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        resources = ", ".join(f"{r}={v}" for r, v in sorted(allocatable.items()) if contract.is_gpu_resource(r, shared))
+        out.append(
+            Finding(
+                "unmeasured-node",
+                "info",
+                f"nothing from {inputs.usage.source} names this GPU node over the window: run the DCGM exporter on "
+                "it and let Prometheus scrape it (or collect its nvidia-smi log); if its series name the node by "
+                "another label, set extender.metrics.nodeLabel",
+                node=node_name,
+                evidence={"gpu_resources": resources, "samples": 0},
+            )
+        )
+    return out
+
+
 def findings(inputs: Inputs) -> list[Finding]:
-    """One finding per idle, underused or hot node, and one per GPU with light kernels."""
+    """One finding per idle, underused, hot or unmeasured node, and one per GPU with light kernels."""
     t = inputs.thresholds
     out: list[Finding] = []
     for name, node in inputs.nodes.items():
@@ -71,6 +101,7 @@ def findings(inputs: Inputs) -> list[Finding]:
                     evidence={"gpus": node.gpus, "fb_used_fraction": _round(node.fb_used_fraction, 3)},
                 )
             )
+    out += _unseen(inputs)
     for gpu in inputs.physical:
         if gpu.util_mean is None or gpu.engine_mean is None:
             continue
