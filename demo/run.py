@@ -241,7 +241,7 @@ async def run_demo(workdir: Path) -> int:
     print("\n".join(summary(costs["gpupack"], costs["spread"])))
     print(
         "\n== measure first, verify after: a week of these nodes as `nvidia-smi --query-gpu=... -l 300` logged it,"
-        " read by gpupack report (offline: no Prometheus, no cluster)"
+        " read by gpupack report (offline: no Prometheus, no API server)"
     )
     report_week(workdir, time.time() // 60 * 60)
     return 0
