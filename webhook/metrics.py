@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gpupack.lease import NotLiveReason
 
 # The API server's own webhook histogram starts at 5 ms; ours resolves below it, where this webhook lives.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -55,6 +59,12 @@ class WebhookMetrics:
         self._admitted: dict[tuple[str, str, bool], Counter] = {}
         self._mutated: dict[tuple[str, str], Counter] = {}
         self._unrouted: dict[str, Counter] = {}
+        # The series the alerts watch exist at 0 from the start: `increase()` sees the first error or unrouted pod
+        # (a child created by its first increment starts at 1, and its rise is never seen).
+        for dry_run in (False, True):
+            self._admitted[("error", "none", dry_run)] = self.admissions.labels("error", "none", str(dry_run).lower())
+        for reason in get_args(NotLiveReason):
+            self._unrouted[reason] = self.unrouted.labels(reason)
 
     def admitted(self, outcome: str, workload: str, dry_run: bool) -> None:
         """Count one admission answered (`dry_run` becomes the label `true` / `false`)."""

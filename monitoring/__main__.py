@@ -1,0 +1,8 @@
+"""`python -m monitoring`: regenerate the shipped rule files (see `monitoring.build`)."""
+
+from __future__ import annotations
+
+from monitoring.build import ROOT, write
+
+for path in write():
+    print(path.relative_to(ROOT))
