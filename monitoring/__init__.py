@@ -1,0 +1,1 @@
+"""Prometheus rules, alerts and Grafana dashboards for gpupack, generated from one source."""
