@@ -119,7 +119,7 @@ class Signal:
         """The time-weighted mean over the last `last` seconds."""
         bounds = [last, *(min(ago, last) for ago, _ in self.changes), 0.0]
         values = [self.first, *(v for _, v in self.changes)]
-        return sum((a - b) * v for a, b, v in zip(bounds, bounds[1:], values, strict=True)) / last
+        return sum((a - b) * v for (a, b), v in zip(itertools.pairwise(bounds), values, strict=True)) / last
 
     def scaled(self, factor: float) -> Signal:
         return Signal(self.first * factor, tuple((ago, v * factor) for ago, v in self.changes))

@@ -32,6 +32,7 @@ import monitoring.thresholds
 from monitoring.dashboards import DATASOURCE, EXTENDER_JOB, WEBHOOK_JOB, dashboards, render, spot_selector
 from tests.monitoring_history import HAVE_PROMETHEUS, MISSING, PLANTED, get, minute, monitoring_prometheus, seconds
 
+pytestmark = pytest.mark.timeout(300)  # the live fixture takes ~10-20 s to build, more on a busy machine
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "manifests" / "monitoring" / "dashboards"
 RULES = ROOT / "manifests" / "monitoring" / "prometheus" / "gpupack-rules.yaml"

@@ -24,6 +24,7 @@ from tests.monitoring_history import (
     D,
     H,
     M,
+    Signal,
     get,
     minute,
     monitoring_prometheus,
@@ -93,6 +94,15 @@ def test_samples_every_5_min_then_every_minute_for_the_last_6_h_ending_at_now_ro
     assert list(times[-361:]) == [end - 6 * H + 60 * i for i in range(361)]
     # 8 days less 6 hours at 5 min (2,232 samples), then 361 at 1 min.
     assert len(times) == 2232 + 361
+
+
+def test_signals_are_steps_back_from_now() -> None:
+    hot = Signal(50).then(95, last=30 * M)
+    assert (hot.at(), hot.at(30 * M), hot.at(30 * M + 1)) == (95, 95, 50)
+    assert hot.mean(H) == 72.5 and hot.mean(10 * M) == 95
+    assert Signal(60).then(2, last=2 * H).then(0, last=M).mean(3 * H) == pytest.approx((60 * 60 + 2 * 119) / 180)
+    with pytest.raises(ValueError, match="oldest first"):
+        Signal(1).then(2, last=M).then(3, last=H)
 
 
 def test_the_planted_facts_the_alert_test_reads() -> None:
