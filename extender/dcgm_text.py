@@ -21,7 +21,10 @@ HELP: dict[str, str] = {
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "Ratio of time the graphics engine is active.",
     "DCGM_FI_DEV_FB_USED": "Framebuffer memory used (in MiB).",
     "DCGM_FI_DEV_FB_FREE": "Framebuffer memory free (in MiB).",
+    "DCGM_FI_DEV_XID_ERRORS": "Value of the last XID error encountered.",
 }
+"""The exporter's HELP text per field gpupack reads or alerts on. XID_ERRORS is a gauge holding the last XID code
+(0: none); `samples()` writes no series of it, histories (`bench.report.history`) and alert fixtures do."""
 
 
 @dataclass(frozen=True, slots=True)

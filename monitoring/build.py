@@ -4,6 +4,7 @@ in `manifests/monitoring/` are what this writes, so they never drift from the so
 
     manifests/monitoring/prometheus/gpupack-rules.yaml   a plain Prometheus rule file (`rule_files:`)
     manifests/monitoring/prometheusrule.yaml            the same groups as a prometheus-operator PrometheusRule
+    manifests/monitoring/dashboards/*.json              the Grafana dashboards (`monitoring.dashboards`)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from monitoring import dashboards
 from monitoring.rules import groups
 from monitoring.thresholds import DEFAULT, AlertThresholds
 
@@ -46,7 +48,9 @@ def prometheus_rule(t: AlertThresholds = DEFAULT) -> str:
 
 def outputs(t: AlertThresholds = DEFAULT) -> dict[Path, str]:
     """Every generated file and its text."""
-    return {RULE_FILE: rule_file(t), PROMETHEUS_RULE: prometheus_rule(t)}
+    boards = dashboards.dashboards()
+    texts = {dashboards.DIRECTORY / f"{stem}.json": dashboards.render(model) for stem, model in boards.items()}
+    return {RULE_FILE: rule_file(t), PROMETHEUS_RULE: prometheus_rule(t), **texts}
 
 
 def write() -> list[Path]:

@@ -13,6 +13,7 @@ order: the text is written family by family, series by series.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import shutil
 import subprocess
@@ -206,6 +207,15 @@ def backfill_chunked(
     return samples, largest
 
 
+def _config(rule_files: Sequence[Path], evaluation_interval: str | None) -> str:
+    """prometheus.yml: no scrape config; the rule files and the evaluation interval when given (JSON is YAML)."""
+    lines = [f"global: {{evaluation_interval: {evaluation_interval}}}" if evaluation_interval else "global: {}"]
+    if rule_files:
+        lines.append("rule_files:")
+        lines += [f"  - {json.dumps(str(Path(path).resolve()))}" for path in rule_files]
+    return "\n".join(lines) + "\n"
+
+
 class PrometheusServer:
     """`prometheus` on a free loopback port over a TSDB directory, no scrape target; stop() or `with`.
 
@@ -213,6 +223,9 @@ class PrometheusServer:
     starts: `retention_days` (10 years by default) is checked against `oldest`. Compaction is kept to the 2 h
     blocks of its own head (`--storage.tsdb.max-block-duration=2h`): backfilled blocks are not merged in the
     background while they are measured.
+
+    `rule_files` are loaded (`rule_files:` in its config), evaluated every `evaluation_interval` (a Prometheus
+    duration, `1s`; Prometheus's default, 1m, when None); without either the config is empty, as before.
     """
 
     def __init__(
@@ -222,6 +235,8 @@ class PrometheusServer:
         retention_days: int = 3650,
         max_samples: int = 50_000_000,
         extra: Sequence[str] = (),
+        rule_files: Sequence[Path] = (),
+        evaluation_interval: str | None = None,
     ) -> None:
         if oldest < time.time() - retention_days * 86400:
             raise ValueError(f"samples from {oldest:.0f} are older than {retention_days} days of retention")
@@ -229,7 +244,7 @@ class PrometheusServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._dir = Path(tempfile.mkdtemp(prefix="gpupack-prometheus-"))
         config = self._dir / "prometheus.yml"
-        config.write_text("global: {}\n")
+        config.write_text(_config(rule_files, evaluation_interval))
         self.log = self._dir / "prometheus.log"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
