@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-hostile bench-extender bench-simulator bench-report clean
+.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-hostile bench-extender bench-simulator bench-report monitoring clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,9 @@ bench-extender: $(VENV)/.test-deps bench-deps
 
 bench-simulator: $(VENV)/.test-deps
 	$(BIN)/python -m bench.simulator --cpu 0
+
+monitoring: $(VENV)/.test-deps
+	$(BIN)/python -m monitoring
 
 bench-report: $(VENV)/.test-deps system-deps
 	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report

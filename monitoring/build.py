@@ -35,12 +35,16 @@ def rule_file(t: AlertThresholds = DEFAULT) -> str:
 
 
 def prometheus_rule(t: AlertThresholds = DEFAULT) -> str:
-    """The PrometheusRule's text (the component's kustomization sets its namespace and selector labels)."""
+    """The PrometheusRule's text, in gpupack-system (the component adds the label its Prometheus selects)."""
     return _dump(
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "PrometheusRule",
-            "metadata": {"name": "gpupack", "labels": {"app.kubernetes.io/name": "gpupack"}},
+            "metadata": {
+                "name": "gpupack",
+                "namespace": "gpupack-system",
+                "labels": {"app.kubernetes.io/name": "gpupack"},
+            },
             "spec": {"groups": groups(t)},
         }
     )
