@@ -79,4 +79,3 @@ def test_no_rule_fails_to_evaluate(prometheus: str, alerts: list[dict[str, Any]]
     for group in get(prometheus, "/api/v1/rules")["groups"]:
         for rule in group["rules"]:
             assert rule["health"] != "err", f"{rule['name']}: {rule.get('lastError')}"
-
