@@ -9,6 +9,7 @@ COPY certs ./certs
 COPY demo ./demo
 COPY simulator ./simulator
 COPY report ./report
+COPY monitoring ./monitoring
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

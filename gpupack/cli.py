@@ -136,6 +136,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--seeds", type=int, help="seeds 42, 43, ... (default 10)")
     sim.add_argument(
+        "--jobs",
+        type=positive_int,
+        help="runs (policy x seed) in parallel processes (default: every core this process may use); the numbers "
+        "are the serial run's",
+    )
+    sim.add_argument(
         "--scenario",
         type=Path,
         metavar="FILE.yaml",

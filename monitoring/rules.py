@@ -301,8 +301,18 @@ def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
 
 
 def groups(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
-    """Every rule group, recording rules first."""
-    return recording_rules() + alert_rules(t)
+    """Every rule group. An alert sits in the group of the recording rules it reads, after them: rules of one group
+    run in order and each sees the ones before at the same evaluation, while groups run concurrently (in
+    Prometheus, and in an order that changes from run to run in `promtool test rules`), so an alert in another
+    group would see the recorded value of this evaluation or of the last one, a minute's difference at a
+    duration's boundary."""
+    live, hourly = recording_rules()
+    gpu, weekly, gpupack = alert_rules(t)
+    return [
+        {"name": "gpupack-gpu", "rules": live["rules"] + gpu["rules"]},
+        {"name": "gpupack-gpu-weekly", "interval": HOURLY_INTERVAL, "rules": hourly["rules"] + weekly["rules"]},
+        {"name": "gpupack", "rules": gpupack["rules"]},
+    ]
 
 
 def alert_names(t: AlertThresholds = DEFAULT) -> list[str]:

@@ -16,14 +16,20 @@ from simulator.report import plot, table
 from simulator.run import Progress as RunProgress
 from simulator.run import load_workload, simulate
 from simulator.trace import default_trace_dir, pod_list_path
+from simulator.variants import STRESS
 
 PROGRESS_AFTER = 2.0
 """Seconds after which a progress bar appears on standard error (short runs print only the result)."""
 
 
-TRACE_ONLY = ("trace", "variant", "policy", "seeds")
+TRACE_ONLY = ("trace", "variant", "policy", "seeds", "jobs")
 SCENARIO_ONLY = ("scale", "hours")
 DEFAULT_SEEDS = 10
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count: a pinned run uses its CPU)."""
+    return len(os.sched_getaffinity(0))
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -56,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     trace_dir = args.trace or default_trace_dir()
     variant = args.variant or "default"
     seeds = DEFAULT_SEEDS if args.seeds is None else args.seeds
-    pods = pod_list_path(trace_dir, variant)
+    pods = pod_list_path(trace_dir, "default" if variant in STRESS else variant)
     if not pods.is_file():
         raise ValueError(
             f"no pod list at {pods}: download cluster-trace-gpu-v2023 from https://github.com/alibaba/clusterdata "
@@ -90,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
                 task = bar.add_task("simulating", total=total)
             bar.update(task, completed=p.run * p.total + p.done, description=f"{p.policy} seed {p.seed}")
 
-        report = simulate(workload, names, seeds=range(42, 42 + seeds), progress=progress)
+        jobs = args.jobs or available_cores()
+        report = simulate(workload, names, seeds=range(42, 42 + seeds), progress=progress, jobs=jobs)
     published = trace_dir.resolve() == default_trace_dir().resolve()  # the paper's figures are for its files only
     print(json.dumps(report.to_json(), indent=2) if args.json else table(report, published))  # before the plot
     if args.plot:

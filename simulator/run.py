@@ -11,7 +11,9 @@ Generator(seed), so a policy's numbers do not depend on which other policies run
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from simulator.trace import (
     read_nodes,
     read_pods,
 )
+from simulator.variants import STRESS, generate
 
 DEFAULT_SEEDS = tuple(range(42, 52))
 """The artifact's ten seeds."""
@@ -58,9 +61,14 @@ def make_workload(name: str, nodes: Sequence[NodeRecord], pods: Sequence[PodReco
 def load_workload(
     variant: str = "default", trace_dir: Path | None = None, node_list: str = DEFAULT_NODE_LIST
 ) -> Workload:
-    """Read a pod-list variant and the node list from the trace directory (default: the shared copy)."""
+    """Read a pod-list variant and the node list from the trace directory (default: the shared copy); a
+    `simulator.variants.STRESS` name is generated from the default list."""
     directory = trace_dir or default_trace_dir()
-    return make_workload(variant, read_nodes(directory / node_list), read_pods(pod_list_path(directory, variant)))
+    nodes = read_nodes(directory / node_list)
+    if variant in STRESS:  # generated from the default list on the fly (`simulator.variants`)
+        pods = generate(read_pods(pod_list_path(directory, "default")), nodes, STRESS[variant], directory)
+        return make_workload(variant, nodes, pods)
+    return make_workload(variant, nodes, read_pods(pod_list_path(directory, variant)))
 
 
 @dataclass(frozen=True)
@@ -166,24 +174,88 @@ def simulate(
     points: Sequence[int] = REPORT_POINTS,
     progress: ProgressCallback | None = None,
     registry: Mapping[str, PolicyFactory] = POLICIES,
+    jobs: int = 1,
 ) -> Report:
-    """Run every policy on every seed. Raises KeyError naming an unknown policy before running anything."""
+    """Run every policy on every seed, in `jobs` processes (1: in this one). Raises KeyError naming an unknown
+    policy before running anything."""
     names = list(policies)
     unknown = [n for n in names if n not in registry]
     if unknown:
         raise KeyError(f"unknown policy {', '.join(unknown)}; known: {', '.join(registry)}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
     runs = len(names) * len(seeds)
-    results: dict[str, PolicyResult] = {}
-    for i, name in enumerate(names):
-        seed_runs: list[SeedRun] = []
-        for j, seed in enumerate(seeds):
-            index = i * len(seeds) + j
-            hook = None
-            if progress is not None:
-
-                def hook(done: int, total: int, name: str = name, seed: int = seed, index: int = index) -> None:
-                    progress(Progress(name, seed, index, runs, done, total))
-
-            seed_runs.append(run_seed(workload, registry[name], seed, ratio, points, hook))
-        results[name] = PolicyResult(name, tuple(seed_runs))
+    tasks = [(name, seed) for name in names for seed in seeds]
+    if jobs == 1 or runs == 1:
+        done_runs = [_serial(workload, registry, task, index, runs, ratio, points, progress) for index, task in
+                     enumerate(tasks)]  # fmt: skip
+    else:
+        done_runs = _parallel(workload, registry, tasks, min(jobs, runs), ratio, points, progress)
+    results = {
+        name: PolicyResult(name, tuple(run for (of, _), run in zip(tasks, done_runs, strict=True) if of == name))
+        for name in names
+    }
     return Report(workload.name, tuple(points), results)
+
+
+def _serial(
+    workload: Workload,
+    registry: Mapping[str, PolicyFactory],
+    task: tuple[str, int],
+    index: int,
+    runs: int,
+    ratio: float,
+    points: Sequence[int],
+    progress: ProgressCallback | None,
+) -> SeedRun:
+    name, seed = task
+    hook = None
+    if progress is not None:
+
+        def hook(done: int, total: int) -> None:
+            progress(Progress(name, seed, index, runs, done, total))
+
+    return run_seed(workload, registry[name], seed, ratio, points, hook)
+
+
+_WORKER: tuple[Workload, Mapping[str, PolicyFactory]] | None = None
+"""A worker process's workload and policies, inherited at fork (never pickled)."""
+
+
+def _adopt(workload: Workload, registry: Mapping[str, PolicyFactory]) -> None:
+    global _WORKER
+    _WORKER = (workload, registry)
+
+
+def _run_task(name: str, seed: int, ratio: float, points: Sequence[int]) -> SeedRun:
+    assert _WORKER is not None, "a worker without its workload"
+    workload, registry = _WORKER
+    return run_seed(workload, registry[name], seed, ratio, points)
+
+
+def _parallel(
+    workload: Workload,
+    registry: Mapping[str, PolicyFactory],
+    tasks: Sequence[tuple[str, int]],
+    jobs: int,
+    ratio: float,
+    points: Sequence[int],
+    progress: ProgressCallback | None,
+) -> list[SeedRun]:
+    """The runs in `jobs` forked processes. Each run is a pure function of (workload, policy, seed), so the
+    numbers are the serial run's; only the order they finish in differs, and results are put back in order.
+    Progress is reported per finished run (an arrival count would cross processes for every pod)."""
+    context = multiprocessing.get_context("fork")  # the workload and the policies' factories are inherited as-is
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_adopt, initargs=(workload, registry)) as pool:
+        futures = {pool.submit(_run_task, name, seed, ratio, points): i for i, (name, seed) in enumerate(tasks)}
+        out: list[SeedRun | None] = [None] * len(tasks)
+        finished = 0
+        for future in as_completed(futures):
+            index = futures[future]
+            out[index] = future.result()
+            finished += 1
+            if progress is not None:
+                name, seed = tasks[index]
+                total = out[index].arrived_pct.size  # type: ignore[union-attr]
+                progress(Progress(name, seed, finished - 1, len(tasks), total, total))
+    return [run for run in out if run is not None]

@@ -61,3 +61,23 @@ def test_the_published_figures_are_shown_only_beside_the_published_trace() -> No
     assert "95.23 / 95.39" in table(report)  # a workload named like the paper's
     assert "published" not in table(report, published=False)  # ... read from another --trace directory
     assert "published" not in table(simulate(small, ["fgd"], seeds=[1]))
+
+
+def test_parallel_runs_give_the_serial_numbers_in_the_same_order() -> None:
+    workload = small_workload()
+    serial = simulate(workload, ["bestfit", "fgd", "gpupack"], seeds=[1, 2, 3])
+    events: list[Progress] = []
+    parallel = simulate(workload, ["bestfit", "fgd", "gpupack"], seeds=[1, 2, 3], jobs=2, progress=events.append)
+    assert parallel.to_json(digits=12) == serial.to_json(digits=12)
+    for name in ("bestfit", "fgd", "gpupack"):
+        for a, b in zip(serial.policies[name].runs, parallel.policies[name].runs, strict=True):
+            assert a.seed == b.seed and (a.alloc_pct == b.alloc_pct).all()
+    assert sorted((e.policy, e.seed) for e in events) == [
+        (p, s) for p in ("bestfit", "fgd", "gpupack") for s in (1, 2, 3)
+    ]
+    assert sorted(e.run for e in events) == list(range(9)) and all(e.done == e.total for e in events)
+
+
+def test_jobs_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="jobs must be at least 1"):
+        simulate(small_workload(), ["bestfit"], jobs=0)

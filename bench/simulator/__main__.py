@@ -34,6 +34,7 @@ from simulator.policies import POLICIES  # noqa: E402
 from simulator.protocol import SeedRun  # noqa: E402
 from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
 from simulator.trace import MILLI, default_trace_dir, pod_list_path, pod_variants  # noqa: E402
+from simulator.variants import STRESS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results/simulator.json"
@@ -46,13 +47,14 @@ PUBLISHED = {  # Weng et al., ATC '23, default trace, mean of 10 seeds: allocati
 }
 
 
-def run_one(workload: Workload, variant: str, name: str, seeds: list[int]) -> dict[str, Any]:
-    """Time one policy over the seeds on one variant, print its line, return its result row."""
+def run_one(workload: Workload, variant: str, name: str, seeds: list[int], jobs: int = 1) -> dict[str, Any]:
+    """Time one policy over the seeds on one variant (in `jobs` processes), print its line, return its result
+    row. CPU time counts the worker processes too (they have been waited for when `simulate` returns)."""
     start_wall, start = time.perf_counter(), os.times()
-    report = simulate(workload, [name], seeds=seeds)
+    report = simulate(workload, [name], seeds=seeds, jobs=jobs)
     end = os.times()
     wall = time.perf_counter() - start_wall
-    cpu = (end.user - start.user) + (end.system - start.system)
+    cpu = sum(getattr(end, f) - getattr(start, f) for f in ("user", "system", "children_user", "children_system"))
     result = report.policies[name]
     arrivals = sum(r.alloc_pct.size for r in result.runs)
     at = report.to_json()["policies"][name]  # type: ignore[index]
@@ -73,6 +75,7 @@ def run_one(workload: Workload, variant: str, name: str, seeds: list[int]) -> di
         "spread": at["spread"],
         "published_alloc_pct": published,
         "leftover": mean_leftover(result.runs),
+        "alloc_pct_130_per_seed": [m.alloc_pct for m in result.values(130)],
     }
 
 
@@ -97,18 +100,32 @@ def print_leftover(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def paired(ours: Sequence[float], theirs: Sequence[float]) -> tuple[float, float, str]:
+    """Mean per-seed difference, its standard error, and the verdict: a difference within one paired standard
+    error is a tie (the issue's rule), else a win or a loss."""
+    diffs = np.asarray(ours, dtype=float) - np.asarray(theirs, dtype=float)
+    mean = float(diffs.mean())
+    error = float(diffs.std(ddof=1) / np.sqrt(diffs.size)) if diffs.size > 1 else float("inf")
+    verdict = "tie" if abs(mean) <= error else ("win" if mean > 0 else "LOSS")
+    return mean, error, verdict
+
+
 def print_comparison(rows: list[dict[str, Any]]) -> None:
-    """gpupack against fgd per variant at 130 % arrived demand."""
-    by = {(r["variant"], r["policy"]): r["at"]["130"] for r in rows}
-    print(f"\n{'variant':<11} {'fgd %':>7} {'gpupack %':>9} {'diff':>6} {'fgd unalloc':>11} {'gpupack unalloc':>15}")
+    """gpupack against fgd per variant at 130 % arrived demand, seed by seed (the same seeds for both)."""
+    by = {(r["variant"], r["policy"]): r for r in rows}
+    print(
+        f"\n{'variant':<11} {'fgd %':>7} {'gpupack %':>9} {'diff':>6} {'paired SE':>9} {'verdict':>7}"
+        f" {'fgd unalloc':>11} {'gpupack unalloc':>15}"
+    )
     for variant in dict.fromkeys(r["variant"] for r in rows):
         fgd, ours = by.get((variant, "fgd")), by.get((variant, "gpupack"))
         if fgd is None or ours is None:
             continue
-        diff = ours["alloc_pct"] - fgd["alloc_pct"]
+        diff, error, verdict = paired(ours["alloc_pct_130_per_seed"], fgd["alloc_pct_130_per_seed"])
+        a, b = fgd["at"]["130"], ours["at"]["130"]
         print(
-            f"{variant:<11} {fgd['alloc_pct']:7.2f} {ours['alloc_pct']:9.2f} {diff:+6.2f}"
-            f" {fgd['unallocated_gpus']:11.1f} {ours['unallocated_gpus']:15.1f}"
+            f"{variant:<11} {a['alloc_pct']:7.2f} {b['alloc_pct']:9.2f} {diff:+6.2f} {error:9.3f} {verdict:>7}"
+            f" {a['unallocated_gpus']:11.1f} {b['unallocated_gpus']:15.1f}"
         )
 
 
@@ -116,13 +133,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.simulator", description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", action="append", choices=sorted(POLICIES), help="default: all policies")
     parser.add_argument("--seeds", type=positive_int, default=len(DEFAULT_SEEDS))
-    parser.add_argument("--variant", default="default", help="a pod-list variant, or all of them")
-    parser.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU")
+    parser.add_argument(
+        "--variant",
+        default="default",
+        help="a pod-list variant or a generated stress variant (simulator.variants); `all` (the shipped ones), "
+        "`stress` (the generated ones) or `all+stress`",
+    )
+    parser.add_argument("--cpu", type=int, default=None, help="pin the process to this CPU (then one job)")
+    parser.add_argument("--jobs", type=positive_int, help="parallel runs (default: the cores this process may use)")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    variants = pod_variants(default_trace_dir()) if args.variant == "all" else [args.variant]
-    missing = [v for v in variants if not pod_list_path(default_trace_dir(), v).is_file()]
+    jobs = args.jobs or len(os.sched_getaffinity(0))
+    shipped = pod_variants(default_trace_dir())
+    chosen = {"all": shipped, "stress": list(STRESS), "all+stress": shipped + list(STRESS)}
+    variants = chosen.get(args.variant, [args.variant])
+    missing = [v for v in variants if v not in STRESS and not pod_list_path(default_trace_dir(), v).is_file()]
     if missing:
         parser.error(f"--variant {missing[0]}: no pod list at {pod_list_path(default_trace_dir(), missing[0])}")
     seeds = list(range(42, 42 + args.seeds))
@@ -132,7 +158,7 @@ def main() -> None:
     for variant in variants:
         workload = load_workload(variant)
         for name in args.policy or list(POLICIES):
-            rows.append(run_one(workload, variant, name, seeds))
+            rows.append(run_one(workload, variant, name, seeds, jobs))
     print_leftover(rows)
     if {"gpupack", "fgd"} <= {r["policy"] for r in rows}:
         print_comparison(rows)
