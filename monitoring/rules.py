@@ -76,8 +76,11 @@ def memory_used(by: str, selector: str) -> str:
 
 PENDING_GPU_POD = (
     'max by (namespace, pod) (kube_pod_status_phase{phase="Pending"} == 1) and on (namespace, pod) '
+    'max by (namespace, pod) (kube_pod_status_scheduled{condition="false"} == 1) and on (namespace, pod) '
     f"(max by (namespace, pod) (kube_pod_container_resource_requests{{{GPU_RESOURCES}}}) > 0)"
 )
+"""Pending and not scheduled: a pod bound to a node stays Pending while its image pulls (GPU images take
+minutes), which is no sign of missing capacity."""
 
 
 def recording_rules() -> list[dict[str, Any]]:
@@ -141,9 +144,10 @@ def _days(value: float) -> str:
 def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
     """The alert groups, their thresholds from `t`."""
     weekly = f"avg_over_time(gpupack:node_gpu_utilization:avg1h[{t.week}])"
-    # Reported `week_history` ago as well as now: a node the autoscaler added yesterday is not idle "for a week".
-    # (An offset, not a subquery over the week: that costs every evaluation a week of inner evaluations.)
-    history = f"gpupack:node_gpu_utilization:avg1h offset {t.week_history}"
+    # Reported within the hour `week_history` ago as well as now: a node the autoscaler added yesterday is not idle
+    # "for a week", and one missed evaluation back then does not make the alert flap. (An offset, not a subquery
+    # over the week: that would cost every evaluation a week of inner evaluations.)
+    history = f"last_over_time(gpupack:node_gpu_utilization:avg1h[1h] offset {t.week_history})"
     xid = "DCGM_FI_DEV_XID_ERRORS"
     gpu = [
         _alert(
@@ -187,8 +191,11 @@ def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
         ),
         _alert(
             "GPUXidErrors",
-            node_of(f"({xid} > 0 and changes({xid}[{t.xid_window}]) > 0)")
-            + f" or {node_of('DCGM_EXP_XID_ERRORS_COUNT > 0')}",
+            # Per GPU (UUID), not per series: the exporter pod an XID kills comes back with a new series that
+            # starts at the code DCGM kept, which `changes()` of the raw series would not see.
+            f"(max by (node, gpu, UUID) ({node_of(xid)}) > 0) and on (node, gpu, UUID) "
+            f"(changes(max by (node, gpu, UUID) ({node_of(xid)})[{t.xid_window}:1m]) > 0)"
+            f" or max by (node, gpu, UUID) ({node_of('DCGM_EXP_XID_ERRORS_COUNT')}) > 0",
             "critical",
             "GPU {{ $labels.gpu }} of {{ $labels.node }} reported XID error {{ $value }}",
             "DCGM reports an XID error (a driver-detected GPU fault; the value is its code for "
@@ -253,8 +260,8 @@ def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
             f'absent(up{{job="{EXTENDER_JOB}"}} == 1)',
             "critical",
             "No healthy gpupack extender target",
-            "kube-scheduler's gpupack profile calls the extender for GPU pods; while it is down they wait "
-            "(the webhook routes pods to the default scheduler only when the scheduler itself has no leader).",
+            "kube-scheduler's gpupack profile calls the extender for GPU pods (`ignorable: true`): while it is "
+            "down they are scheduled without it, so not packed and not kept off hot or full GPUs.",
             t.down_for,
         ),
         _alert(
