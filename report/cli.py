@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from report.sources import Progress, UsageSource
     from report.usage import Usage, UtilizationMetric, Window
 
-DEFAULT_WORK_UNIT = "busy GPU-hour"
-"""The unit of work without `--work-query`: a GPU-hour at 100 %."""
 WORK_UNIT = "unit of --work-query"
 DEFAULT_WINDOW = "7d"
 """The guide's: a node under 30 % for a week is in scope."""
@@ -66,6 +64,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--after", metavar="C..D", help="the window after the change (with --before)")
     parser.add_argument(
         "--work-query", metavar="PROMQL", help="with Prometheus: the total work of a window, `{window}` substituted"
+    )
+    parser.add_argument(
+        "--prometheus-header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="with Prometheus: a header for every query (a Mimir/Cortex tenant: X-Scope-OrgID=NAME); repeatable",
+    )
+    parser.add_argument(
+        "--prometheus-bearer-token-file", type=Path, metavar="FILE", help="with Prometheus: send this bearer token"
+    )
+    parser.add_argument(
+        "--prometheus-ca-file", type=Path, metavar="FILE", help="with an https Prometheus: the CA bundle to trust"
     )
     parser.add_argument(
         "--query-timeout",
@@ -118,7 +128,32 @@ def _source(args: argparse.Namespace, policy: Policy) -> UsageSource:
     url = str(args.prometheus_url).rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise ValueError(f"--prometheus-url {args.prometheus_url!r}: give an http:// or https:// URL")
-    return PrometheusUsage.from_policy(url, policy.extender.metrics, timeout_seconds=args.query_timeout)
+    headers = {}
+    for item in args.prometheus_header or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--prometheus-header {item!r}: give NAME=VALUE (X-Scope-OrgID=tenant-a)")
+        headers[name.strip()] = value
+    if args.prometheus_bearer_token_file is not None:
+        token = _read_secret(args.prometheus_bearer_token_file, "--prometheus-bearer-token-file")
+        headers["Authorization"] = f"Bearer {token}"
+    ca = None if args.prometheus_ca_file is None else str(args.prometheus_ca_file)
+    if ca is not None and not args.prometheus_ca_file.is_file():
+        raise ValueError(f"--prometheus-ca-file {ca}: no such file")
+    return PrometheusUsage.from_policy(
+        url, policy.extender.metrics, timeout_seconds=args.query_timeout, headers=headers, ca_file=ca
+    )
+
+
+def _read_secret(path: Path, flag: str) -> str:
+    """A token file's first line (a mounted Secret has no newline, a hand-written one may)."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{flag} {path}: cannot be read ({exc})") from exc
+    if not text:
+        raise ValueError(f"{flag} {path}: the file is empty")
+    return text.splitlines()[0]
 
 
 def _window(args: argparse.Namespace, source: UsageSource) -> Window:
@@ -135,7 +170,7 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
     could not be read."""
     from gpupack.policy_store import load_policy_file
     from report.build import build_report
-    from report.compare import compare, period
+    from report.compare import DEFAULT_UNIT, compare, period
     from report.findings import Inputs
     from report.prices import read_prices
     from report.savings import savings
@@ -144,6 +179,11 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
         raise ValueError("--before and --after go together")
     if args.work_query and not args.prometheus_url:
         raise ValueError("--work-query needs --prometheus-url (it is a PromQL query)")
+    prometheus_only = ("prometheus_header", "prometheus_bearer_token_file", "prometheus_ca_file")
+    given = [f"--{name.replace('_', '-')}" for name in prometheus_only if getattr(args, name)]
+    if given and not args.prometheus_url:
+        raise ValueError(f"{', '.join(given)} need --prometheus-url")
+    sides = [span(args.before), span(args.after)] if args.before and args.after else []  # bad spans fail first
     thresholds = _thresholds(args)
     metric: UtilizationMetric = args.metric
     policy = load_policy_file(args.config).policy
@@ -153,12 +193,11 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
         cluster = _cluster(args)
         usage: Usage = source.usage(_window(args, source), metric, thresholds, progress)
         comparison = None
-        if args.before and args.after:
-            sides = [span(args.before), span(args.after)]
+        if sides:
             before, after = (
                 period(source.usage(w, metric, thresholds, progress), _work(args, source, w)) for w in sides
             )
-            comparison = compare(before, after, WORK_UNIT if args.work_query else DEFAULT_WORK_UNIT)
+            comparison = compare(before, after, WORK_UNIT if args.work_query else DEFAULT_UNIT)
     finally:
         close = getattr(source, "close", None)
         if close is not None:

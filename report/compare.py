@@ -20,6 +20,8 @@ RISE_FROM = 30.0
 """'from about 20 %': the before side must be at most this..."""
 RISE_TO = 60.0
 """...and the after side at least this."""
+DEFAULT_UNIT = "busy GPU-hour"
+"""The unit of work without `--work-query`: one GPU-hour at 100 %."""
 FEWER = 0.10
 """A drop of GPU-hours (or GPU nodes) per unit of work this large counts as 'fewer'."""
 
@@ -34,11 +36,14 @@ def period(usage: Usage, work: float | None = None) -> Period:
     hours = sum(g.present_hours(usage.window) for g in gpus)
     busy = sum(g.present_hours(usage.window) * (g.utilization(metric) or 0.0) / 100.0 for g in gpus)
     window_hours = usage.window.hours
+    node_hours: dict[str, float] = {}
+    for g in used:  # a node's hours are its GPUs' longest: nodes the autoscaler replaced count for their time
+        node_hours[g.node] = max(node_hours.get(g.node, 0.0), g.present_hours(usage.window))
     return Period(
         window=usage.window,
         gpu_util_mean=sum(utils) / len(utils) if utils else None,
         gpus_in_use=sum(g.present_hours(usage.window) for g in used) / window_hours,
-        gpu_nodes_in_use=len({g.node for g in used}),
+        gpu_nodes_in_use=sum(node_hours.values()) / window_hours,
         gpu_hours=hours,
         work=busy if work is None else work,
     )
@@ -49,23 +54,38 @@ def _per_work(value: float, work: float | None) -> float | None:
 
 
 def compare(before: Period, after: Period, work_unit: str = "busy GPU-hour") -> Comparison:
-    """The verdict on two periods."""
+    """The verdict on two periods.
+
+    With a business metric as the unit of work, GPU-hours and GPU nodes per unit are compared. With the default
+    unit, busy GPU-hours, GPU-hours per unit is 100 over the utilization, so comparing it would only restate the
+    utilization: the same work must have taken fewer GPU-hours (or GPU nodes) outright, the work itself within
+    FEWER of the before side's or more."""
     reasons: list[str] = []
     b, a = before.gpu_util_mean, after.gpu_util_mean
     if b is not None and a is not None and b <= RISE_FROM and a >= RISE_TO:
         reasons.append(f"the utilization of GPUs in use rose from {b:.0f} % to {a:.0f} %")
-    hours_b, hours_a = _per_work(before.gpu_hours, before.work), _per_work(after.gpu_hours, after.work)
+    pairs: list[tuple[float | None, float | None]]
+    if work_unit == DEFAULT_UNIT:
+        same_work = bool(before.work) and (after.work or 0.0) >= (before.work or 0.0) * (1 - FEWER)
+        pairs = [(before.gpu_hours, after.gpu_hours), (before.gpu_nodes_in_use, after.gpu_nodes_in_use)]
+        if not same_work:
+            pairs = []
+    else:
+        pairs = [
+            (_per_work(before.gpu_hours, before.work), _per_work(after.gpu_hours, after.work)),
+            (_per_work(before.gpu_nodes_in_use, before.work), _per_work(after.gpu_nodes_in_use, after.work)),
+        ]
+    (hours_b, hours_a), (nodes_b, nodes_a) = pairs or [(None, None), (None, None)]
     if hours_b and hours_a is not None and hours_a <= hours_b * (1 - FEWER):
         reasons.append(f"the same work took {1 - hours_a / hours_b:.0%} fewer GPU-hours")
-    nodes_b, nodes_a = _per_work(before.gpu_nodes_in_use, before.work), _per_work(after.gpu_nodes_in_use, after.work)
     if nodes_b and nodes_a is not None and nodes_a <= nodes_b * (1 - FEWER):
-        reasons.append(f"it took {1 - nodes_a / nodes_b:.0%} fewer GPU nodes per {work_unit}")
+        reasons.append(f"it took {1 - nodes_a / nodes_b:.0%} fewer GPU nodes")
     if reasons:
         return Comparison(before, after, work_unit, True, "effective: " + "; ".join(reasons))
     shown_b = "?" if b is None else f"{b:.0f} %"
     shown_a = "?" if a is None else f"{a:.0f} %"
     verdict = (
-        f"not effective yet: the utilization of GPUs in use went from {shown_b} to {shown_a}, and GPU-hours per "
-        f"{work_unit} did not fall by {FEWER:.0%}"
+        f"not effective yet: the utilization of GPUs in use went from {shown_b} to {shown_a}, and the same work "
+        f"did not take {FEWER:.0%} fewer GPU-hours or GPU nodes"
     )
     return Comparison(before, after, work_unit, False, verdict)

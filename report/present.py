@@ -28,10 +28,7 @@ NONE = "-"
 def node_idle_gpu_hours(row: NodeRow, hours: float) -> float | None:
     """gpus x hours x (1 - utilization/100): the node's GPU capacity paid for and not used over the window, the
     summary's idle GPU-hours for one node. None when its utilization is unknown."""
-    util = row.usage.util_mean
-    if util is None:
-        return None
-    return row.usage.gpus * hours * max(0.0, 1.0 - util / 100.0)
+    return row.usage.idle_gpu_hours(hours)
 
 
 def priced(report: Report) -> bool:

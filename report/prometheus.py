@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import queue
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -39,7 +40,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from extender.live import FB_FREE, FB_USED, GR_ENGINE_ACTIVE
+from extender.live import FB_FREE, FB_USED, GR_ENGINE_ACTIVE, HOST_LABELS
 from gpupack.policy import MetricsPolicy
 from report import promql
 from report.document import Thresholds, iso
@@ -87,6 +88,18 @@ def _transport(exc: requests.exceptions.RequestException, timeout: float) -> str
     return str(cause)
 
 
+def shown_url(url: str) -> str:
+    """`url` without a `user:password@` part."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def held_step(series: int, window_seconds: float, minimum: float, max_samples: int = DEFAULT_MAX_SAMPLES) -> float:
     """The held-idle grid, seconds: `minimum`, or a whole number of minutes wide enough that the series' points
     stay within GRID_POINTS and the points held within half of `max_samples`."""
@@ -130,12 +143,17 @@ class PrometheusUsage:
         step_seconds: float = DEFAULT_STEP_SECONDS,
         max_samples: int = DEFAULT_MAX_SAMPLES,
         parallel: int = 2,
+        headers: Mapping[str, str] | None = None,
+        ca_file: str | None = None,
     ) -> None:
         """`node_label`: the policy's `extender.metrics.nodeLabel` (None: `Hostname`, then `hostname`);
         `step_seconds`: the finest held-idle grid; `max_samples`: the server's `--query.max-samples` (or the
-        store's equivalent); `parallel`: queries in flight at once (Prometheus evaluates one on one core).
-        No network call here."""
+        store's equivalent); `parallel`: queries in flight at once (Prometheus evaluates one on one core);
+        `headers`: sent with every query (a tenant's `X-Scope-OrgID`, `Authorization`); `ca_file`: the CA bundle
+        an https URL is verified with. No network call here."""
         self.url = url
+        self.shown = shown_url(url)
+        """The URL without the user and password it may carry: what messages and the report's `source` say."""
         self.node_label = node_label
         self.timeout_seconds = timeout_seconds
         self.step_seconds = step_seconds
@@ -143,11 +161,15 @@ class PrometheusUsage:
         self.last_step: float | None = None
         """The held-idle grid the last `usage` used, seconds."""
         self._sessions = [requests.Session() for _ in range(max(1, parallel))]
+        for session in self._sessions:
+            if ca_file is not None:
+                session.verify = ca_file
         self._clients: queue.SimpleQueue[PrometheusConnect] = queue.SimpleQueue()
         for session in self._sessions:
             # No urllib3 retries (the client's default is 3 with back-off): a report against a Prometheus that
             # is down says so at once, not after 6 s per query.
-            self._clients.put(PrometheusConnect(url=url, session=session, retry=Retry(total=0, raise_on_status=False)))
+            retry = Retry(total=0, raise_on_status=False)
+            self._clients.put(PrometheusConnect(url=url, headers=dict(headers or {}), session=session, retry=retry))
 
     @classmethod
     def from_policy(cls, url: str, policy: MetricsPolicy, **kwargs: Any) -> PrometheusUsage:
@@ -161,7 +183,7 @@ class PrometheusUsage:
 
     def _ask(self, query: str, call: Callable[[PrometheusConnect], Any]) -> list[dict[str, Any]]:
         def failed(why: str) -> str:
-            return f"Prometheus {self.url}: {why}; query: {query if len(query) <= 300 else query[:300] + '...'}"
+            return f"Prometheus {self.shown}: {why}; query: {query if len(query) <= 300 else query[:300] + '...'}"
 
         client = self._clients.get()
         try:
@@ -189,7 +211,9 @@ class PrometheusUsage:
         try:
             return [(r["metric"], _number(r["value"][1])) for r in result]
         except (KeyError, IndexError, TypeError) as exc:
-            raise ValueError(f"Prometheus {self.url}: an instant answer without values; query: {query[:300]}") from exc
+            raise ValueError(
+                f"Prometheus {self.shown}: an instant answer without values; query: {query[:300]}"
+            ) from exc
 
     def range(
         self, query: str, start: float, end: float, step: float
@@ -210,7 +234,23 @@ class PrometheusUsage:
         try:
             return [(r["metric"], [(float(p[0]), _number(p[1])) for p in r["values"]]) for r in result]
         except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ValueError(f"Prometheus {self.url}: a range answer without values; query: {query[:300]}") from exc
+            raise ValueError(f"Prometheus {self.shown}: a range answer without values; query: {query[:300]}") from exc
+
+    def _check_found(self, catalog: Catalog, window: Window) -> None:
+        """A report of no GPUs is a wrong URL, tenant or label, not a finding: say which."""
+        span = f"{iso(window.start)}..{iso(window.end)}"
+        if not catalog.series:
+            raise ValueError(
+                f"Prometheus {self.shown}: no DCGM exporter series ({FB_USED}, ...) for {span}: does this "
+                "Prometheus (or tenant: --prometheus-header X-Scope-OrgID=...) scrape the DCGM exporter?"
+            )
+        if all(info.key is None for info in catalog.series):
+            labels = self.node_label or " or ".join(HOST_LABELS)
+            raise ValueError(
+                f"Prometheus {self.shown}: {len(catalog.series)} DCGM series for {span}, none with a node label "
+                f"({labels}) and a gpu label: set extender.metrics.nodeLabel in --config to the label that holds "
+                "the node's name"
+            )
 
     def total(self, template: str, window: Window) -> float:
         """The work done in `window` by a business metric (`--work-query`): `template` with `{window}` replaced by
@@ -223,7 +263,7 @@ class PrometheusUsage:
         if not known:
             why = "no series" if not values else "no finite value"
             span = f"{iso(window.start)}..{iso(window.end)}"
-            raise ValueError(f"Prometheus {self.url}: --work-query gave {why} for {span}; query: {query}")
+            raise ValueError(f"Prometheus {self.shown}: --work-query gave {why} for {span}; query: {query}")
         return sum(known)
 
     def usage(
@@ -282,10 +322,11 @@ class PrometheusUsage:
             report("hourly")
         finally:
             pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the queries not yet sent never are
+        self._check_found(catalog, window)
         by_hour = hourly(hour_rows, self.node_label, round(first), hours)
         return Usage(
             window=window,
-            source=f"Prometheus {self.url}",
+            source=f"Prometheus {self.shown}",
             gpus=tuple(present(gpus(catalog, stats), by_hour)),
             hourly=by_hour,
             samples=sum(len(numbers) for numbers in stats.values()) + sum(len(points) for _, points in hour_rows),

@@ -116,6 +116,16 @@ class NodeUsage:
     """Framebuffer used over framebuffer size, summed over its GPUs, 0-1."""
     hourly: tuple[float | None, ...] = ()
     """Mean utilization per hour of the window, percent (the heatmap's row); None for an hour without data."""
+    gpu_hours: float | None = None
+    """GPU-hours the node was there: its GPUs' hours summed (a node the autoscaler added or removed mid-window
+    counts its time); None when the source cannot tell, then every GPU counts the whole window."""
+
+    def idle_gpu_hours(self, window_hours: float) -> float | None:
+        """GPU-hours of its capacity not used: GPU-hours x (1 - utilization); None when utilization is unknown."""
+        if self.util_mean is None:
+            return None
+        hours = self.gpus * window_hours if self.gpu_hours is None else self.gpu_hours
+        return hours * max(0.0, 1.0 - self.util_mean / 100.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +152,13 @@ class Usage:
         for gpu in self.physical():
             by_node.setdefault(gpu.node, []).append(gpu)
         return {
-            name: node_usage(name, gpus, self.metric, self.hourly.get(name, ()))
+            name: node_usage(
+                name,
+                gpus,
+                self.metric,
+                self.hourly.get(name, ()),
+                sum(g.present_hours(self.window) for g in gpus) if all(g.hours is not None for g in gpus) else None,
+            )
             for name, gpus in sorted(by_node.items())
         }
 
@@ -200,7 +216,11 @@ def _index(gpu: str) -> tuple[int, str]:
 
 
 def node_usage(
-    node: str, gpus: Sequence[GpuUsage], metric: UtilizationMetric, hourly: tuple[float | None, ...] = ()
+    node: str,
+    gpus: Sequence[GpuUsage],
+    metric: UtilizationMetric,
+    hourly: tuple[float | None, ...] = (),
+    gpu_hours: float | None = None,
 ) -> NodeUsage:
     """A node's numbers from its physical GPUs."""
     used = [g.fb_used_mean for g in gpus if g.fb_used_mean is not None and g.fb_total]
@@ -214,4 +234,5 @@ def node_usage(
         util_p95=max(p95) if p95 else None,
         fb_used_fraction=(sum(used) / sum(total)) if total and sum(total) else None,
         hourly=hourly,
+        gpu_hours=gpu_hours,
     )

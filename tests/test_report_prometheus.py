@@ -410,3 +410,57 @@ def test_a_prometheus_that_never_answers_times_out() -> None:
                 source.usage(WINDOW, "gpu-util", Thresholds())
         finally:
             source.close()
+
+
+def test_credentials_in_the_url_never_reach_a_message_or_the_report() -> None:
+    port = free_port()
+    source = PrometheusUsage(f"http://admin:s3cret@127.0.0.1:{port}")
+    try:
+        assert source.shown == f"http://127.0.0.1:{port}"
+        with pytest.raises(PrometheusError) as caught:
+            source.usage(WINDOW, "gpu-util", Thresholds())
+        assert "s3cret" not in str(caught.value) and "admin" not in str(caught.value)
+        assert f"Prometheus http://127.0.0.1:{port}: cannot connect" in str(caught.value)
+    finally:
+        source.close()
+
+
+def test_headers_go_with_every_query(answering: type[_Answer]) -> None:
+    """A Mimir tenant and a token, as `--prometheus-header` and `--prometheus-bearer-token-file` give them."""
+    seen: list[dict[str, str]] = []
+    answering.body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+    answering.status = 200
+    original = answering.do_GET
+
+    def record(self: _Answer) -> None:
+        seen.append(dict(self.headers))
+        original(self)
+
+    answering.do_GET = record  # type: ignore[method-assign]
+    source = PrometheusUsage(answering.url, headers={"X-Scope-OrgID": "team-a", "Authorization": "Bearer t0k"})  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(ValueError, match="no DCGM exporter series"):
+            source.usage(WINDOW, "gpu-util", Thresholds())
+    finally:
+        source.close()
+    assert len(seen) == QUERIES
+    assert all(h.get("X-Scope-OrgID") == "team-a" and h.get("Authorization") == "Bearer t0k" for h in seen)
+
+
+def test_series_without_the_named_node_label_are_an_error_that_names_it(history: tuple[str, int]) -> None:
+    source = PrometheusUsage(history[0], node_label="kubernetes_node")
+    try:
+        with pytest.raises(ValueError, match=r"none with a node label \(kubernetes_node\).*extender.metrics.nodeLabel"):
+            source.usage(WINDOW, "gpu-util", Thresholds())
+    finally:
+        source.close()
+
+
+def test_a_window_without_dcgm_data_is_an_error_not_an_empty_report(history: tuple[str, int]) -> None:
+    source = PrometheusUsage(history[0])
+    try:
+        empty = Window(START - 30 * D, START - 23 * D)
+        with pytest.raises(ValueError, match=r"no DCGM exporter series .* scrape the DCGM exporter"):
+            source.usage(empty, "gpu-util", Thresholds())
+    finally:
+        source.close()

@@ -102,6 +102,9 @@ HISTORY = [
     HistoryNode("spot", [whole(0, 60, 0.5, 50000, "serve-0")]),
 ]
 """`dark`, a GPU node of the cluster, has no series at all."""
+LATE = HistoryNode("late", [whole(0, 60, 0.5, 40000)])
+"""Added by the autoscaler four days into the week: it reports for the last 72 hours only."""
+LATE_FROM = START + 4 * D
 
 
 def _cluster() -> list[dict[str, Any]]:
@@ -155,6 +158,10 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     with text.open("w") as out:
         write_openmetrics(out, HISTORY, np.arange(START - D, END + D, 300.0))
     backfill(text, workdir / "tsdb", block_hours=162)
+    late = workdir / "late.om"
+    with late.open("w") as out:
+        write_openmetrics(out, [LATE], np.arange(LATE_FROM, END + D, 300.0))
+    backfill(late, workdir / "tsdb", block_hours=162)  # its own blocks, overlapping the others
     cluster = workdir / "cluster.json"
     cluster.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _cluster()}))
     with PrometheusServer(workdir / "tsdb", oldest=START - D) as server:
@@ -200,16 +207,17 @@ def test_the_means_are_the_planted_weeks(document: dict[str, Any]) -> None:
         "big": (8 + 90) / 2,
         "shared": 60,
         "spot": 60,
+        "late": 60,
     }
     assert {n: nodes[n]["util_mean"] for n in expected} == pytest.approx(expected, abs=0.05)
     assert {n: c["class"] for n, c in nodes.items() if n in expected} == {
         "idle": "idle",
         "under": "underused",
         "hot": "hot",
-        **{n: "ok" for n in ("light", "held", "mig", "big", "shared", "spot")},
+        **{n: "ok" for n in ("light", "held", "mig", "big", "shared", "spot", "late")},
     }
     summary = document["summary"]
-    assert (summary["gpus"], summary["nodes_idle"], summary["nodes_underused"], summary["nodes_hot"]) == (16, 1, 2, 1)
+    assert (summary["gpus"], summary["nodes_idle"], summary["nodes_underused"], summary["nodes_hot"]) == (17, 1, 2, 1)
     assert document["window"] == {"start": "2026-10-26T00:00:00Z", "end": "2026-11-02T00:00:00Z"}
     assert document["source"].startswith("Prometheus http://127.0.0.1:")
     light = next(f for f in document["findings"] if f["kind"] == "light-kernels")
@@ -219,23 +227,37 @@ def test_the_means_are_the_planted_weeks(document: dict[str, Any]) -> None:
 
 
 def test_the_idle_gpu_hours_count_the_hours_each_node_reported(document: dict[str, Any]) -> None:
-    # Every node reported all 168 hours: idle GPU-hours are (100 - util) % of 168 h per GPU.
-    nodes = {n["node"]: n for n in document["nodes"]}
-    assert nodes["idle"]["gpus"] == 2
-    assert document["summary"]["idle_gpu_hours"] > 2 * 168 * 0.97
+    """Idle GPU-hours are each node's GPU-hours times (1 - its mean): 168 h per GPU, but 72 h for `late`."""
+    expected = {"idle": 3, "under": 20, "hot": 95, "light": 70, "held": 42, "mig": 50, "big": 49, "shared": 60}
+    gpus = {"idle": 2, "under": 2, "hot": 2, "light": 2, "held": 2, "mig": 2, "big": 2, "shared": 1}
+    week = sum(gpus[n] * 168 * (1 - u / 100) for n, u in expected.items()) + 168 * 0.4  # spot: 1 GPU at 60 %
+    assert document["summary"]["idle_gpu_hours"] == pytest.approx(week + 72 * 0.4, abs=0.5)
+
+
+def test_a_node_that_came_mid_window_counts_only_its_hours_before_and_after(planted: tuple[str, Path]) -> None:
+    """`late` reports from day 4: in the week's second half (84 h) its GPU is there 72 h, in the first none."""
+    half = START + 3.5 * D
+    doc = _report("--prometheus-url", planted[0], "--end", str(END), "--before", f"{START:.0f}..{half:.0f}",
+                  "--after", f"{half:.0f}..{END:.0f}")  # fmt: skip
+    before, after = doc["compare"]["before"], doc["compare"]["after"]
+    assert after["gpu_hours"] - before["gpu_hours"] == pytest.approx(72, abs=1)
+    # gpu_nodes_in_use is node-hours over the window: `late` adds 72 / 84 of a node
+    assert after["gpu_nodes_in_use"] - before["gpu_nodes_in_use"] == pytest.approx(72 / 84, abs=0.02)
 
 
 def test_before_and_after_with_a_work_query_count_each_windows_work(planted: tuple[str, Path]) -> None:
     half = START + 3.5 * D
     work = "sum(count_over_time(DCGM_FI_DEV_GPU_UTIL[{window}]))"  # a stand-in business metric: samples taken
     before, after = f"{START:.0f}..{half:.0f}", f"{half:.0f}..{END:.0f}"
-    doc = _report("--prometheus-url", planted[0], "--before", before, "--after", after, "--work-query", work)
+    doc = _report(
+        "--prometheus-url", planted[0], "--end", str(END), "--before", before, "--after", after, "--work-query", work
+    )
     compare = doc["compare"]
-    # 15 whole-GPU GPU_UTIL series (the MIG GPU has none) x 3.5 days at 5 min = 15 x 1,008 samples per side; 16
-    # GPUs (the MIG GPU folded) reported all 84 hours of each side.
-    for side in ("before", "after"):
-        assert compare[side]["work"] == 15 * 1008
-        assert compare[side]["gpu_hours"] == 16 * 84
+    # 15 whole-GPU GPU_UTIL series (the MIG GPU has none) x 3.5 days at 5 min = 15 x 1,008 samples per side, and
+    # `late`'s 72 hours (864 samples) after; 16 GPUs (the MIG GPU folded) reported all 84 hours of each side, and
+    # `late`'s one GPU its 72.
+    assert (compare["before"]["work"], compare["after"]["work"]) == (15 * 1008, 15 * 1008 + 864)
+    assert (compare["before"]["gpu_hours"], compare["after"]["gpu_hours"]) == (16 * 84, 16 * 84 + 72)
     assert compare["work_unit"] == "unit of --work-query"
     assert compare["effective"] is False  # the same week twice: nothing changed
 
@@ -255,7 +277,7 @@ def test_a_work_query_without_a_number_is_refused_naming_it(
     planted: tuple[str, Path], extra: list[str], said: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     span = ["--before", f"{START:.0f}..{START + D:.0f}", "--after", f"{START + D:.0f}..{START + 2 * D:.0f}"]
-    assert main(["report", "--prometheus-url", planted[0], *span, *extra, "--json"]) == 2
+    assert main(["report", "--prometheus-url", planted[0], "--end", str(END), *span, *extra, "--json"]) == 2
     err = capsys.readouterr().err
     assert said in err and f"Prometheus {planted[0]}" in err
 

@@ -53,9 +53,7 @@ class Inputs:
 
     def idle_gpu_hours(self, node: str) -> float:
         """GPU-hours of the node's capacity not used over the window: GPUs x hours x (1 - utilization)."""
-        usage = self.nodes[node]
-        util = usage.util_mean or 0.0
-        return usage.gpus * self.usage.window.hours * max(0.0, 1.0 - util / 100.0)
+        return self.nodes[node].idle_gpu_hours(self.usage.window.hours) or 0.0
 
     @cached_property
     def pods_by_key(self) -> dict[str, dict[str, Any]]:
