@@ -254,10 +254,13 @@ def datasource_variable() -> JSON:
     }
 
 
-def query_variable(name: str, label: str, query: str) -> JSON:
-    """Values from `label_values(metric, label)`, several or All (a regex of every value), refreshed whenever the
-    time range changes."""
+def query_variable(name: str, label: str, query: str, all_value: str | None = None) -> JSON:
+    """Values from `label_values(metric, label)`, several or All, refreshed whenever the time range changes.
+    All is `all_value` when given (`.*`: every node, also those the variable's query has not seen, and one
+    short regex instead of a thousand names), else the regex of every value."""
+    extra = {} if all_value is None else {"allValue": all_value}
     return {
+        **extra,
         "name": name,
         "label": label,
         "type": "query",
@@ -505,7 +508,8 @@ def gpu_cost() -> JSON:
     ]
     variables = [
         datasource_variable(),
-        query_variable("node", "Node", "label_values(gpupack:node_gpu_utilization:avg5m, node)"),
+        # From allocatable, not utilization: a GPU node whose exporter is broken is the waste to see.
+        query_variable("node", "Node", "label_values(gpupack:node_gpu_allocatable:sum, node)", all_value=".*"),
     ]
     description = (
         "Where GPU money goes: utilization classes per node, requests against capacity, nodes the autoscaler can "

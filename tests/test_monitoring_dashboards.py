@@ -6,12 +6,12 @@ variable and a target; thresholds come from `monitoring.thresholds` (changing on
 backfilled and loaded, every panel's query, with the template variables substituted as Grafana does, parses and
 returns series, and every template variable resolves to values; a few panels are checked against what was planted.
 
-Grafana's variables as substituted here: `$node` with All is the regex of every value of the variable's query
-(`(hot-1|idle-1|...)`); `$__interval` is the dashboard's range over 1,000 points as Grafana rounds it, at least
-the scrape interval (7 days: 10m, 6 hours: 1m); `$__rate_interval` is max($__interval + scrape interval, 4 x
-scrape interval), the datasource's scrape interval set to 1m, the planted history's resolution; `$__range` is the
-dashboard's range. Range queries run over the dashboard's default range ending at the last planted sample, with
-`$__interval` as the step; instant queries at that sample.
+Grafana's variables as substituted here: `$node` with All is the variable's `allValue` (`.*`), else the regex of
+every value of its query (`(hot-1|idle-1|...)`); `$__interval` is the dashboard's range over 1,000 points as Grafana
+rounds it, at least the scrape interval (7 days: 10m, 6 hours: 1m); `$__rate_interval` is max($__interval + scrape
+interval, 4 x scrape interval), the datasource's scrape interval set to 1m, the planted history's resolution;
+`$__range` is the dashboard's range. Range queries run over the dashboard's default range ending at the last planted
+sample, with `$__interval` as the step; instant queries at that sample.
 """
 
 from __future__ import annotations
@@ -99,8 +99,9 @@ def test_the_template_variables_are_nvidias_datasource_and_a_node_picker() -> No
     assert (datasource["type"], datasource["name"], datasource["query"]) == ("datasource", "datasource", "prometheus")
     assert DASHBOARDS["gpupack"]["templating"]["list"] == [datasource]
     assert node["type"] == "query" and node["name"] == "node" and node["datasource"] == DATASOURCE
-    assert node["query"] == node["definition"] == "label_values(gpupack:node_gpu_utilization:avg5m, node)"
-    assert node["multi"] and node["includeAll"] and node["refresh"] == 2  # on time range change
+    # every GPU node kube-state-metrics knows, measured or not; All is `.*`, not a regex of a thousand names
+    assert node["query"] == node["definition"] == "label_values(gpupack:node_gpu_allocatable:sum, node)"
+    assert node["multi"] and node["includeAll"] and node["allValue"] == ".*" and node["refresh"] == 2
 
 
 def test_every_variable_a_query_uses_is_defined_or_grafanas() -> None:
@@ -217,8 +218,9 @@ def variables(live: Live, model: dict[str, Any]) -> tuple[dict[str, str], float,
         "__range_ms": f"{span * 1000:g}",
     }
     for variable in model["templating"]["list"]:
-        if variable["type"] == "query":
-            out[variable["name"]] = grafana_regex(label_values(live, variable["query"], live.end - span))
+        if variable["type"] == "query":  # All: the variable's allValue, else the regex of every value
+            found = label_values(live, variable["query"], live.end - span)
+            out[variable["name"]] = variable.get("allValue") or grafana_regex(found)
     return out, span, float(interval)
 
 
@@ -257,7 +259,7 @@ def test_every_template_variable_resolves(live: Live) -> None:
                 continue
             values = label_values(live, variable["query"], live.end - 7 * 86400)
             assert values, variable["name"]
-    nodes = label_values(live, "label_values(gpupack:node_gpu_utilization:avg5m, node)", live.end - 86400)
+    nodes = label_values(live, "label_values(gpupack:node_gpu_allocatable:sum, node)", live.end - 86400)
     assert sorted(nodes) == sorted(n.name for n in PLANTED.gpu_nodes)  # every GPU node, not cpu-1
 
 
