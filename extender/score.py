@@ -162,11 +162,12 @@ def _orders(ask: Ask, keys: list[OrderKey], book: ShapeBook) -> None:
     cpu = np.array([key[2] for key in keys], dtype=np.int64)
     score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
     in_use = np.array([key[4] for key in keys], dtype=np.int64)
-    tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, in_use, book.rho)
+    count = np.array([key[6] for key in keys], dtype=np.int64)
+    tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, in_use, book.rho, count)
     open_first = None
     if keys[0][7]:  # keepEmptyNodes
         requested = np.array([not key[5] for key in keys], dtype=np.bool_)
-        open_first = stays_open(ask, requested, np.array([key[6] for key in keys], dtype=np.int64))
+        open_first = stays_open(ask, requested, count)
     book.remember(zip(keys, order_key(score, tie, open_first).tolist(), strict=True))
 
 

@@ -37,10 +37,10 @@ class GpupackPolicy:
 
     def _order(self, pod: PodRecord, state: ClusterState, nodes: Ints, score: Ints) -> Ints:
         ask = ask_of(pod)
-        tie = tie_key(ask, state.gpu_left[nodes], state.cpu_free[nodes], state.pod_count[nodes], self.rho)
+        count = state.gpu_count[nodes]
+        tie = tie_key(ask, state.gpu_left[nodes], state.cpu_free[nodes], state.pod_count[nodes], self.rho, count)
         open_first = None
         if self.keep_empty_nodes:
-            count = state.gpu_count[nodes]
             open_first = stays_open(ask, state.gpu_left[nodes] < count * MILLI, count)
         return order_key(score[nodes], tie, open_first)
 

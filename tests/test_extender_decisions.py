@@ -226,9 +226,9 @@ def test_empty_gpu_nodes_come_last_unless_the_pod_fills_them_or_the_cluster_is_f
     assert gpupack_score(one, h100, {GPU: 3}) > gpupack_score(one, h100)  # autoscaled (default): keep it empty
     assert gpupack_score(four, four_gpus) > gpupack_score(four, h100)  # filling an empty node leaves nothing idle
     fixed = "extender: {keepEmptyNodes: false}"
-    # On a fixed cluster the empty node is the better fit here: 7 free GPUs with 124 cores left strand nothing,
-    # while 4 free GPUs beside the 3 taken keep the same CPU per GPU; FGD ties them and CPU balance decides.
-    assert gpupack_score(one, h100, {GPU: 3}, (), fixed) <= gpupack_score(one, h100, {}, (), fixed)
+    # On a fixed cluster both strand nothing (7 free GPUs with 127 cores left, or 4 beside the 3 taken) and FGD
+    # ties them; the node in use wins the tie, so the empty one stays whole for a multi-GPU pod.
+    assert gpupack_score(one, h100, {GPU: 3}, (), fixed) > gpupack_score(one, h100, {}, (), fixed)
 
 
 def test_gpupack_answers_ranks_and_the_others_their_scores() -> None:
