@@ -42,7 +42,8 @@ th { background: #eaecee; } .n { text-align: right; font-variant-numeric: tabula
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 3px 18px; margin: 0; } dt { font-weight: bold; }
 dd { margin: 0; } img { max-width: 100%; display: block; } .tag { font-weight: bold; }
 ul { margin: 0; padding-left: 18px; } .good { color: #1e8449; } .bad { color: #c0392b; }
-td.k, td li { white-space: nowrap; } td.w { overflow-wrap: anywhere; }
+td.k { white-space: nowrap; } td li { overflow-wrap: anywhere; } td.e { min-width: 15em; }
+td.w { overflow-wrap: anywhere; min-width: 8em; }
 """
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -127,7 +128,9 @@ def _findings(findings: tuple[Finding, ...]) -> str:
             f'<td class="k">{_tag(f.severity, SEVERITY_COLOURS[f.severity])}</td>',
             *(f'<td class="k">{escape(value or NONE)}</td>' for value in (f.node, f.gpu)),
             *(f'<td class="w">{escape(value or NONE)}</td>' for value in (f.pod, f.workload)),
-            "<td><ul>" + "".join(f"<li>{escape(item)}</li>" for item in evidence_items(f.evidence)) + "</ul></td>",
+            '<td class="e"><ul>'
+            + "".join(f"<li>{escape(item)}</li>" for item in evidence_items(f.evidence))
+            + "</ul></td>",
             f"<td>{escape(f.action)}</td>",
         ]
         for f in findings_by_weight(findings)
