@@ -36,7 +36,7 @@ from typing import Any
 
 from gpupack.policy import SpotPolicy
 from monitoring.rules import EXTENDER_JOB, WEBHOOK_JOB
-from monitoring.thresholds import HOT, IDLE, UNDERUSED
+from monitoring.thresholds import DEFAULT, HOT, IDLE, UNDERUSED
 
 JSON = dict[str, Any]
 DIRECTORY = Path(__file__).resolve().parent.parent / "manifests" / "monitoring" / "dashboards"
@@ -321,15 +321,15 @@ def gpu_cost() -> JSON:
         _stat(
             "Hot nodes",
             f"GPU nodes over {HOT:g} % mean GPU utilization over the last 5 minutes: capacity may be short "
-            "(GPUNodeHot, after 10 minutes).",
+            f"(GPUNodeHot, after {DEFAULT.hot_for}).",
             [target(f"count({node_util} > {HOT:g})", "hot", instant=True)],
             no_value="0",
             thresholds=_thresholds((None, "green"), (1, "purple")),
         ),
         _stat(
             "Pending GPU pods",
-            "Pods requesting a GPU resource that are Pending: the cluster may have scaled down too far "
-            "(GPUPodsPending, after 10 minutes).",
+            "Pods requesting a GPU resource that are Pending and not scheduled: the cluster may have scaled down "
+            f"too far (GPUPodsPending, after {DEFAULT.pending_for}).",
             [target("gpupack:gpu_pods_pending:count", "pending", instant=True)],
             no_value="0",
             thresholds=_thresholds((None, "green"), (1, "red")),
