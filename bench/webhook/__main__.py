@@ -38,13 +38,13 @@ import tempfile
 from pathlib import Path
 
 from bench.net import free_port, wait_port, write_kubeconfig
+from bench.webhook.recorded import recorded_body
 from bench.wrk import read_report
 from certs.issue import issue_ca, issue_serving_cert, write_pair
 from gpupack.argtypes import positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 BARE, GPUPACK = "bare aiohttp", "gpupack webhook"
-FIXTURE = ROOT.parent / "shared/fixtures/recorded-k8s-1.36/admission/000-mutate-llm-infer-7b-abc12.json"
 
 
 def wrk_script(body: str, delay_ms: float | None = None) -> str:
@@ -132,8 +132,7 @@ def main() -> int:
     if not shutil.which("wrk") or not shutil.which("taskset"):
         print("needs wrk and taskset (Debian packages wrk, util-linux)", file=sys.stderr)
         return 2
-    body = FIXTURE.read_text().replace("gpu.example.com/model-memory", "gpupack.io/gpu-memory")
-    body = body.replace("gpu.example.com/", "gpupack.io/")
+    body = recorded_body()
     delay_ms = args.connections / args.rate * 1000.0
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
