@@ -24,7 +24,7 @@ from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyError, add_standard_routes, read_body
 from webhook.bounds import MAX_REVIEW_VALUES
 from webhook.metrics import WebhookMetrics
-from webhook.mutate import Decision, InvalidObject, MutationContext, plan
+from webhook.mutate import Decision, InvalidObject, MutationContext, plan_json
 from webhook.review import (
     LARGE_BODY,
     PAUSED_GC,
@@ -179,7 +179,7 @@ def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: b
             loaded = state.policy.current
             scheduler = state.lease.status(loaded.policy.scheduler, time.time())
             context = MutationContext(loaded.policy, loaded.version, state.cluster.facts, namespace_opted_in, scheduler)
-            decision = plan(req.object, req.namespace, context)
+            decision = plan_json(req.object, req.namespace, context)
         payload = build_response(uid, decision)
         _record(state, decision, bool(req.dry_run), req)
     except InvalidObject as exc:

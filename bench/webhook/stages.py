@@ -10,11 +10,13 @@ wall time (`time.perf_counter_ns`).
 
 Stages, in the order an admission goes through them:
 
-decode         the body's bytes to Python objects
-envelope       the AdmissionReview's fields the webhook reads, checked (uid, kind, operation, namespace...)
-pod bounds     the counts `webhook.bounds` caps, on the raw pod
-pod fields     the Pod fields the planner reads, checked and typed (`webhook.mutate.parse_pod`)
-plan           `webhook.mutate.plan()` whole: bounds, pod fields and the decision with its patch operations
+envelope       the body to the AdmissionReview's fields the webhook reads, checked (uid, kind, operation,
+               namespace...); the object stays JSON text (`webhook.review.parse_review`)
+pod fields     the object's text to the Pod fields the planner reads, checked and typed (`gpupack.k8s.decode_pod`)
+pod document   the JSON form of those fields, which the patch is built on (`gpupack.k8s.document`)
+pod bounds     the counts `webhook.bounds` caps, on that document
+decision       `webhook.mutate.plan_pod()`: the document, the bounds and the decision with its patch operations
+plan           `webhook.mutate.plan_json()`: all of the above from the object's text
 response       the AdmissionReview answer: base64 JSON Patch, warnings, audit annotations (`build_response`)
 encode         the answer to JSON bytes and an aiohttp Response
 metrics        the admission, mutation and latency counters
@@ -35,7 +37,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 from aiohttp.streams import StreamReader
 from aiohttp.test_utils import make_mocked_request
@@ -43,12 +44,13 @@ from prometheus_client import CollectorRegistry
 
 from bench.webhook import bare, recorded
 from gpupack.argtypes import positive_int
+from gpupack.k8s import decode_pod, document
 from gpupack.kube import ClusterFactsCache, facts_from_lists
 from gpupack.lease_cache import LeaseCache
 from gpupack.policy_store import PolicyStore
 from webhook import app as webhook_app
 from webhook.bounds import too_large
-from webhook.mutate import MutationContext, parse_pod, plan
+from webhook.mutate import MutationContext, plan_json, plan_pod
 from webhook.review import build_response, parse_review
 
 Stage = Callable[[], Awaitable[None]]
@@ -111,15 +113,16 @@ class Requests:
 async def stages(app: web.Application, body: bytes, number: int) -> dict[str, tuple[Stage, Callable[[], None]]]:
     """Each stage as (run one batch of `number`, prepare the next batch), on inputs made beforehand."""
     state = app[webhook_app.STATE]
-    review = orjson.loads(body)
-    request = review["request"]
-    raw, namespace = request["object"], request["namespace"]
+    parsed = parse_review(body)
+    request = parsed.request
+    text, namespace = request.object, request.namespace
+    pod = decode_pod(text)
+    doc = document(pod)
     loaded = state.policy.current
     scheduler = state.lease.status(loaded.policy.scheduler, time.time())
     context = MutationContext(loaded.policy, loaded.version, state.cluster.facts, False, scheduler)
-    parsed = parse_review(body)
-    decision = plan(raw, namespace, context)
-    payload = build_response(request["uid"], decision)
+    decision = plan_json(text, namespace, context)
+    payload = build_response(request.uid, decision)
     assert decision.outcome == "mutated" and scheduler.live, (decision, scheduler)
     requests = Requests(app, body)
     batch: list[web.Request] = []
@@ -148,16 +151,14 @@ async def stages(app: web.Application, body: bytes, number: int) -> dict[str, tu
         webhook_app._record(state, decision, False, parsed.request)
         state.metrics.latency.observe(0.0001)
 
-    def envelope() -> None:
-        webhook_app.parse_review(body)
-
     table: dict[str, tuple[Stage, Callable[[], None]]] = {
-        "decode": (loop(lambda: orjson.loads(body)), nothing),
-        "decode + envelope": (loop(envelope), nothing),
-        "pod bounds": (loop(lambda: too_large(raw)), nothing),
-        "pod fields": (loop(lambda: parse_pod(raw)), nothing),
-        "plan": (loop(lambda: plan(raw, namespace, context)), nothing),
-        "response": (loop(lambda: build_response(request["uid"], decision)), nothing),
+        "envelope": (loop(lambda: parse_review(body)), nothing),
+        "pod fields": (loop(lambda: decode_pod(text)), nothing),
+        "pod document": (loop(lambda: document(pod)), nothing),
+        "pod bounds": (loop(lambda: too_large(doc)), nothing),
+        "decision": (loop(lambda: plan_pod(pod, namespace, context)), nothing),
+        "plan": (loop(lambda: plan_json(text, namespace, context)), nothing),
+        "response": (loop(lambda: build_response(request.uid, decision)), nothing),
         "encode": (loop(lambda: webhook_app._json(200, payload)), nothing),
         "metrics": (loop(record), nothing),
         "in-process": (loop(lambda: webhook_app._respond(state, parse_review(body), False, 0.0)), nothing),
