@@ -77,11 +77,16 @@ def parse_pod(raw: Any) -> Pod:
 
 def _has_gpu(pod: Pod, policy: Policy) -> bool:
     shared = policy.time_slicing.resource_name
-    for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
-        resources = container.resources
-        for table in (resources.requests, resources.limits) if resources else ():
-            if any(contract.is_gpu_resource(k, shared) for k in table or {}):
-                return True
+    is_gpu = contract.is_gpu_resource
+    for containers in (pod.spec.containers, pod.spec.init_containers or ()):
+        for container in containers:
+            resources = container.resources
+            if resources is None:
+                continue
+            for table in (resources.requests, resources.limits):
+                for key in table or ():
+                    if is_gpu(key, shared):
+                        return True
     return False
 
 
