@@ -45,6 +45,11 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _size(value: Any, kind: type[dict[str, Any]] | type[list[Any]]) -> int:
+    """How many entries `value` has if it is of `kind` (a dict or a list), else 0."""
+    return len(value) if isinstance(value, kind) else 0
+
+
 def _affinity_expressions(spec: dict[str, Any]) -> Iterator[tuple[str, list[Any]]]:
     """(where, expressions) of every node affinity term, required then preferred."""
     node = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
@@ -72,26 +77,28 @@ def too_large(raw: dict[str, Any]) -> str | None:
     every admission, so it counts with `len()` and builds words only for a part over its bound.
     """
     metadata, spec = _dict(raw.get("metadata")), _dict(raw.get("spec"))
-    for what, value, bound in (
-        ("metadata.labels", _dict(metadata.get("labels")), MAX_LABELS),
-        ("metadata.annotations", _dict(metadata.get("annotations")), MAX_LABELS),
-        ("metadata.ownerReferences", _list(metadata.get("ownerReferences")), MAX_OWNERS),
+    for what, count, bound in (
+        ("metadata.labels", _size(metadata.get("labels"), dict), MAX_LABELS),
+        ("metadata.annotations", _size(metadata.get("annotations"), dict), MAX_LABELS),
+        ("metadata.ownerReferences", _size(metadata.get("ownerReferences"), list), MAX_OWNERS),
     ):
-        if len(value) > bound:
-            return _over(what, len(value), bound)
+        if count > bound:
+            return _over(what, count, bound)
     containers = _list(spec.get("containers")) + _list(spec.get("initContainers"))
     if len(containers) > MAX_CONTAINERS:
         return _over("spec.containers and spec.initContainers", len(containers), MAX_CONTAINERS)
     for container in containers:
-        resources = _dict(_dict(container).get("resources"))
+        resources = container.get("resources") if isinstance(container, dict) else None
+        if not isinstance(resources, dict):
+            continue
         for table in ("requests", "limits"):
-            count = len(_dict(resources.get(table)))
+            count = _size(resources.get(table), dict)
             if count > MAX_RESOURCES:
                 return _over(f"a container's resources.{table}", count, MAX_RESOURCES)
-    if len(_list(spec.get("tolerations"))) > MAX_TOLERATIONS:
-        return _over("spec.tolerations", len(_list(spec.get("tolerations"))), MAX_TOLERATIONS)
-    if len(_dict(spec.get("nodeSelector"))) > MAX_LABELS:
-        return _over("spec.nodeSelector", len(_dict(spec.get("nodeSelector"))), MAX_LABELS)
+    if _size(spec.get("tolerations"), list) > MAX_TOLERATIONS:
+        return _over("spec.tolerations", _size(spec.get("tolerations"), list), MAX_TOLERATIONS)
+    if _size(spec.get("nodeSelector"), dict) > MAX_LABELS:
+        return _over("spec.nodeSelector", _size(spec.get("nodeSelector"), dict), MAX_LABELS)
     if spec.get("affinity") is None:
         return None
     node = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
