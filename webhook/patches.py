@@ -26,10 +26,8 @@ class PatchOp(TypedDict):
     value: NotRequired[Any]
 
 
-@lru_cache(maxsize=4096)
 def escape(token: str | int) -> str:
-    """Escape one JSON Pointer reference token (RFC 6901): `~` becomes `~0`, then `/` becomes `~1`. Cached: the
-    keys patched are the few names gpupack writes (`gpupack.io/class`, `nvidia.com/mig-2g.10gb`...)."""
+    """Escape one JSON Pointer reference token (RFC 6901): `~` becomes `~0`, then `/` becomes `~1`."""
     text = str(token)
     if "~" in text or "/" in text:
         return text.replace("~", "~0").replace("/", "~1")
