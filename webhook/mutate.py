@@ -25,7 +25,7 @@ from webhook.outcome import ChangeKind, Notes, clip
 from webhook.patches import PatchBuilder, PatchOp
 from webhook.placement import place
 from webhook.priority import apply_priority
-from webhook.resources import apply_gpu, apply_requests, gpu_container
+from webhook.resources import apply_gpu, apply_requests, asks_for_gpu, gpu_container
 from webhook.routing import route
 from webhook.sizing import choose_gpu
 
@@ -77,16 +77,10 @@ def parse_pod(raw: Any) -> Pod:
 
 def _has_gpu(pod: Pod, policy: Policy) -> bool:
     shared = policy.time_slicing.resource_name
-    is_gpu = contract.is_gpu_resource
     for containers in (pod.spec.containers, pod.spec.init_containers or ()):
         for container in containers:
-            resources = container.resources
-            if resources is None:
-                continue
-            for table in (resources.requests, resources.limits):
-                for key in table or ():
-                    if is_gpu(key, shared):
-                        return True
+            if asks_for_gpu(container, shared):
+                return True
     return False
 
 

@@ -8,7 +8,7 @@ untouched, and an object that already satisfies every intent yields an empty pat
 
 from __future__ import annotations
 
-import base64
+import binascii
 import copy
 from functools import lru_cache
 from typing import Any, Literal, NotRequired, TypedDict
@@ -41,8 +41,8 @@ def pointer(path: Path) -> str:
 
 
 def encode_patch(ops: list[PatchOp]) -> str:
-    """The base64 form an AdmissionResponse carries."""
-    return base64.b64encode(orjson.dumps(ops)).decode()
+    """The base64 form an AdmissionResponse carries (what `base64.b64encode` does, without its Python wrapper)."""
+    return binascii.b2a_base64(orjson.dumps(ops), newline=False).decode("ascii")
 
 
 def _copy(doc: dict[str, Any]) -> dict[str, Any]:
@@ -176,11 +176,12 @@ class PatchBuilder:
             writable[key] = value
 
     def remove(self, path: Path, key: str) -> None:
-        """The mapping at `path` must not contain `key`."""
+        """The mapping at `path` must not contain `key` (which may be the pod's own: a GPU resource name the policy
+        replaces, so it is escaped here and never joins the cached pointers)."""
         node = self.current(path)
         if isinstance(node, dict) and key in node:
             del self._writable(path)[key]
-            self._ops.append({"op": "remove", "path": pointer((*path, key))})
+            self._ops.append({"op": "remove", "path": pointer(path) + "/" + escape(key)})
 
     def append(self, path: Path, item: Any) -> None:
         """The list at `path` must contain `item`: appended when no equal item is there, created when missing."""

@@ -30,6 +30,20 @@ def _gpu_keys(container: Container, shared: str) -> dict[str, str]:
     return found
 
 
+def asks_for_gpu(container: Container, shared: str) -> bool:
+    """Whether the container's requests or limits name a GPU resource (whole, time-sliced or MIG)."""
+    resources = container.resources
+    if resources is None:
+        return False
+    is_gpu = contract.is_gpu_resource
+    for table in (resources.requests, resources.limits):
+        if table:
+            for key in table:
+                if is_gpu(key, shared):
+                    return True
+    return False
+
+
 def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:
     """The container that gets the GPU, as (list field, index).
 
@@ -55,7 +69,7 @@ def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:
         names = [c.name for c in pod.spec.containers] + [c.name for c in pod.spec.init_containers or []]
         raise LabelError(contract.ANNOTATION_CONTAINER, name, "the name of one of the containers: " + ", ".join(names))
     for index, container in enumerate(pod.spec.containers):
-        if _gpu_keys(container, shared):
+        if asks_for_gpu(container, shared):
             return "containers", index
     return "containers", 0
 
