@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-hostile bench-extender bench-simulator bench-report monitoring clean
+.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,10 +55,13 @@ unit: $(VENV)/.test-deps system-deps
 
 test: lint typecheck unit
 
-bench: bench-webhook bench-hostile bench-extender bench-simulator bench-report
+bench: bench-stages bench-webhook bench-hostile bench-extender bench-simulator bench-report
 
 bench-webhook: $(VENV)/.test-deps bench-deps
 	$(BIN)/python -m bench.webhook
+
+bench-stages: $(VENV)/.test-deps
+	$(BIN)/python -m bench.webhook.stages
 
 bench-hostile: $(VENV)/.test-deps
 	ulimit -n 8192 && $(BIN)/python -m bench.webhook.hostile

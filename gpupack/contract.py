@@ -53,4 +53,4 @@ def mig_resource(profile: str) -> str:
 
 def is_gpu_resource(name: str, shared_resource: str = RESOURCE_GPU_SHARED) -> bool:
     """Whether a resource name is a GPU: a whole GPU, a time-sliced replica or a MIG instance."""
-    return name in (RESOURCE_GPU, shared_resource) or name.startswith(RESOURCE_MIG_PREFIX)
+    return name == RESOURCE_GPU or name == shared_resource or name.startswith(RESOURCE_MIG_PREFIX)

@@ -1,29 +1,40 @@
 """Partial Kubernetes models: only the fields gpupack reads; everything else stays in the raw object.
 
-Models use the API's camelCase names through aliases and `extra="ignore"`, so a field added by a newer API
-server is not rejected. They are read-only views: the webhook patches the raw object by path, never by
-re-serialising a model (a re-serialised partial model would drop what it does not know), so nothing is lost
-by ignoring the rest. Not keeping the unknown fields (`extra="allow"`) makes validating an admitted pod about
-a third faster: a pod carries many more fields (image, env, managedFields...) than gpupack reads.
+Models are msgspec Structs with the API's camelCase names (`rename="camel"`); fields they do not declare are
+skipped when decoding, so a field added by a newer API server is not rejected, and the many fields gpupack
+does not read (image, env, managedFields...) cost only a scan, not objects. They are read-only views: the
+webhook patches the pod by path, never by re-serialising a model (a re-serialised partial model would drop
+what it does not know). `document(pod)` gives the JSON form of what a model holds, against which the patch is
+computed: every path the planner reads or patches is in it, and absent or null fields are left out, as in the
+raw object.
+
+Reading is strict, with the API's JSON types (a number where a string belongs is refused, not converted), and
+`read_pod` / `decode_pod` raise InvalidPod naming the first bad field: `spec.containers: Expected `array`,
+got `int``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+import msgspec
+
+from gpupack.validation import describe_msgspec
 
 
-class _K8s(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+class InvalidPod(ValueError):
+    """The object is not a Pod gpupack can read; the message names the field and the problem."""
+
+
+class _K8s(msgspec.Struct, rename="camel", omit_defaults=True):
+    pass
 
 
 class OwnerReference(_K8s):
     """Who controls the object (a ReplicaSet, a StatefulSet, a Job...)."""
 
-    api_version: str = ""
     kind: str
+    api_version: str = ""
     name: str = ""
     controller: bool | None = None
 
@@ -40,7 +51,7 @@ class ObjectMeta(_K8s):
 
 
 class ResourceRequirements(_K8s):
-    """Requests and limits of a container (quantities kept as strings)."""
+    """Requests and limits of a container (quantities kept as they are written)."""
 
     requests: dict[str, str | int | float] | None = None
     limits: dict[str, str | int | float] | None = None
@@ -64,19 +75,13 @@ class Toleration(_K8s):
 
 
 class PodSpec(_K8s):
-    """The pod spec fields gpupack reads; affinity stays a raw mapping because it is patched by path."""
+    """The pod spec fields gpupack reads; affinity stays a raw mapping because it is patched by path (its shape
+    is checked by `check_node_affinity`)."""
 
-    containers: list[Container] = Field(min_length=1)
+    containers: Annotated[list[Container], msgspec.Meta(min_length=1)]
     init_containers: list[Container] | None = None
     node_selector: dict[str, str] | None = None
     affinity: dict[str, Any] | None = None
-
-    @field_validator("affinity")
-    @classmethod
-    def _node_affinity_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        check_node_affinity(value)
-        return value
-
     tolerations: list[Toleration] | None = None
     priority_class_name: str | None = None
     priority: int | None = None
@@ -87,25 +92,67 @@ class PodSpec(_K8s):
 class Pod(_K8s):
     """A Pod as an admission request carries it."""
 
-    metadata: ObjectMeta = ObjectMeta()
     spec: PodSpec
+    metadata: ObjectMeta | None = None
 
     @property
     def labels(self) -> dict[str, str]:
         """Labels, empty when absent."""
-        return self.metadata.labels or {}
+        return (self.metadata.labels if self.metadata else None) or {}
 
     @property
     def annotations(self) -> dict[str, str]:
         """Annotations, empty when absent."""
-        return self.metadata.annotations or {}
+        return (self.metadata.annotations if self.metadata else None) or {}
+
+    @property
+    def namespace(self) -> str | None:
+        """`metadata.namespace`, if any."""
+        return self.metadata.namespace if self.metadata else None
 
     def controller_kind(self) -> str | None:
         """Kind of the controlling owner (`StatefulSet`, `ReplicaSet`, `Job`...), if any."""
-        for ref in self.metadata.owner_references or []:
+        for ref in (self.metadata.owner_references if self.metadata else None) or []:
             if ref.controller:
                 return ref.kind
         return None
+
+
+_POD_JSON = msgspec.json.Decoder(Pod)
+
+
+def _checked(pod: Pod) -> Pod:
+    try:
+        check_node_affinity(pod.spec.affinity)
+    except ValueError as exc:
+        raise InvalidPod(f"spec.affinity: {exc}") from exc
+    return pod
+
+
+def read_pod(raw: Any) -> Pod:
+    """The Pod in a decoded JSON object; raises InvalidPod naming the first bad field."""
+    try:
+        pod = msgspec.convert(raw, Pod)
+    except msgspec.ValidationError as exc:
+        raise InvalidPod(describe_msgspec(exc)) from exc
+    return _checked(pod)
+
+
+def decode_pod(data: bytes | msgspec.Raw) -> Pod:
+    """The Pod in JSON text, decoding only the fields it declares. Raises InvalidPod for a JSON object that is
+    not such a Pod, and msgspec.DecodeError or RecursionError for text that does not decode: a caller that must
+    say why decodes the text itself and calls `read_pod`."""
+    try:
+        pod = _POD_JSON.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InvalidPod(describe_msgspec(exc)) from exc
+    return _checked(pod)
+
+
+def document(pod: Pod) -> dict[str, Any]:
+    """The pod's JSON form as far as the model holds it (fields absent or null are left out)."""
+    doc: dict[str, Any] = msgspec.to_builtins(pod)
+    return doc
 
 
 REQUIRED_AFFINITY = "requiredDuringSchedulingIgnoredDuringExecution"

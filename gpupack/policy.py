@@ -138,9 +138,9 @@ class MigProfileSpec(_Model):
     gpu: str = ""
     """GPU model the profile belongs to (informational)."""
 
-    @property
+    @cached_property
     def resource(self) -> str:
-        """The extended resource name."""
+        """The extended resource name (made once: sizing compares it on every admission)."""
         return contract.mig_resource(self.name)
 
     @cached_property

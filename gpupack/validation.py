@@ -1,7 +1,11 @@
-"""Turn pydantic validation errors into the one-line `field.path: problem` messages every error here uses."""
+"""Turn pydantic and msgspec validation errors into the one-line `field.path: problem` messages every error here
+uses."""
 
 from __future__ import annotations
 
+import re
+
+import msgspec
 from pydantic import ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -24,6 +28,24 @@ def describe(exc: ValidationError, prefix: str = "", limit: int = 1, whole: str 
         where = ".".join(str(p) for p in err["loc"])
         parts.append(f"{prefix}{where or whole}: {err['msg']}")
     return "; ".join(parts)
+
+
+_MISSING = re.compile(r"Object missing required field `(.*)`")
+
+
+def describe_msgspec(exc: msgspec.ValidationError, prefix: str = "", whole: str = "(document)") -> str:
+    """`prefix` + the dotted location and message of a msgspec error, in the form `describe` gives pydantic's:
+    msgspec's "Object missing required field `uid` - at `$.request`" becomes `request.uid: Field required`,
+    "Expected `str`, got `int` - at `$.spec.containers[0].name"` becomes `spec.containers[0].name: Expected
+    `str`, got `int``. `whole` names the location when the error is about the input as a whole."""
+    message, at, where = str(exc).rpartition(" - at `")
+    if not at:
+        message, where = where, "$`"
+    path = where.removesuffix("`").removeprefix("$").removeprefix(".")
+    missing = _MISSING.fullmatch(message)
+    if missing is not None:
+        path, message = f"{path}.{missing.group(1)}" if path else missing.group(1), "Field required"
+    return f"{prefix}{path or whole}: {message}"
 
 
 def quoted(value: object, limit: int = 64) -> str:

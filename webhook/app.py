@@ -24,7 +24,7 @@ from gpupack.policy_store import PolicyStore
 from gpupack.server import BodyError, add_standard_routes, read_body
 from webhook.bounds import MAX_REVIEW_VALUES
 from webhook.metrics import WebhookMetrics
-from webhook.mutate import Decision, InvalidObject, MutationContext, plan
+from webhook.mutate import Decision, InvalidObject, MutationContext, plan_json
 from webhook.review import (
     LARGE_BODY,
     PAUSED_GC,
@@ -65,6 +65,26 @@ class WebhookState:
     """Held from reading a large review's body until it is freed (see `_handle_large`)."""
     large: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
     """Held while a large review is decoded, planned and freed: one at a time."""
+    contexts: dict[bool, MutationContext] = field(default_factory=dict)
+    """The last context made for each kind of path (labelled pods, opted-in namespaces), reused while the policy,
+    the cluster snapshot and the verdict on the scheduler are the same objects."""
+
+    def context(self, namespace_opted_in: bool) -> MutationContext:
+        """What the planner needs besides the pod, now."""
+        loaded, facts = self.policy.current, self.cluster.facts
+        scheduler = self.lease.status(loaded.policy.scheduler, time.time())
+        last = self.contexts.get(namespace_opted_in)
+        if (
+            last is not None
+            and last.policy is loaded.policy
+            and last.version is loaded.version
+            and last.facts is facts
+            and last.scheduler is scheduler
+        ):
+            return last
+        context = MutationContext(loaded.policy, loaded.version, facts, namespace_opted_in, scheduler)
+        self.contexts[namespace_opted_in] = context
+        return context
 
 
 LARGE_READS = 4
@@ -176,10 +196,7 @@ def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: b
         if req.kind.kind != "Pod" or req.operation != "CREATE":
             decision = Decision(True, "skipped", message=f"{req.operation} {req.kind.kind} is not handled")
         else:
-            loaded = state.policy.current
-            scheduler = state.lease.status(loaded.policy.scheduler, time.time())
-            context = MutationContext(loaded.policy, loaded.version, state.cluster.facts, namespace_opted_in, scheduler)
-            decision = plan(req.object, req.namespace, context)
+            decision = plan_json(req.object, req.namespace, state.context(namespace_opted_in))
         payload = build_response(uid, decision)
         _record(state, decision, bool(req.dry_run), req)
     except InvalidObject as exc:

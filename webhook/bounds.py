@@ -45,6 +45,11 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _size(value: Any, kind: type[dict[str, Any]] | type[list[Any]]) -> int:
+    """How many entries `value` has if it is of `kind` (a dict or a list), else 0."""
+    return len(value) if isinstance(value, kind) else 0
+
+
 def _affinity_expressions(spec: dict[str, Any]) -> Iterator[tuple[str, list[Any]]]:
     """(where, expressions) of every node affinity term, required then preferred."""
     node = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
@@ -58,36 +63,55 @@ def _affinity_expressions(spec: dict[str, Any]) -> Iterator[tuple[str, list[Any]
         yield "preferred", _list(term.get("matchExpressions")) + _list(term.get("matchFields"))
 
 
-def _counts(raw: dict[str, Any]) -> Iterator[tuple[str, int, int]]:
-    """(what, how many, bound) for each bounded part, lazily: the first one over its bound ends the check."""
-    metadata, spec = _dict(raw.get("metadata")), _dict(raw.get("spec"))
-    yield "metadata.labels", len(_dict(metadata.get("labels"))), MAX_LABELS
-    yield "metadata.annotations", len(_dict(metadata.get("annotations"))), MAX_LABELS
-    yield "metadata.ownerReferences", len(_list(metadata.get("ownerReferences"))), MAX_OWNERS
-    containers = _list(spec.get("containers")) + _list(spec.get("initContainers"))
-    yield "spec.containers and spec.initContainers", len(containers), MAX_CONTAINERS
-    for container in containers:
-        resources = _dict(_dict(container).get("resources"))
-        for table in ("requests", "limits"):
-            yield f"a container's resources.{table}", len(_dict(resources.get(table))), MAX_RESOURCES
-    yield "spec.tolerations", len(_list(spec.get("tolerations"))), MAX_TOLERATIONS
-    yield "spec.nodeSelector", len(_dict(spec.get("nodeSelector"))), MAX_LABELS
-    node = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
-    required = _dict(node.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms")
-    yield "required node selector terms", len(_list(required)), MAX_TERMS
-    preferred = node.get("preferredDuringSchedulingIgnoredDuringExecution")
-    yield "preferred scheduling terms", len(_list(preferred)), MAX_TERMS
-    expressions = [e for _, found in _affinity_expressions(spec) for e in found]
-    yield "node affinity match expressions", len(expressions), MAX_EXPRESSIONS
-    yield "node affinity values", sum(len(_list(_dict(e).get("values"))) for e in expressions), MAX_VALUES
+def _over(what: str, count: int, bound: int) -> str:
+    return f"the pod has {count} {what}; gpupack plans pods with at most {bound}"
 
 
 def too_large(raw: dict[str, Any]) -> str | None:
-    """What makes the pod larger than gpupack plans, in words, or None when it is within every bound.
+    """What makes the pod larger than gpupack plans, in words, or None when it is within every bound. The first
+    part over its bound is named, in this order: labels, annotations, owners, containers, each container's
+    requests and limits, tolerations, node selector, required and preferred node affinity terms, their match
+    expressions, their values.
 
-    Parts of the wrong JSON type count as empty here: the pod model then names them as malformed.
+    Parts of the wrong JSON type count as empty here: the pod model then names them as malformed. This runs on
+    every admission, so it counts with `len()` and builds words only for a part over its bound.
     """
-    for what, count, bound in _counts(raw):
+    metadata, spec = _dict(raw.get("metadata")), _dict(raw.get("spec"))
+    for what, count, bound in (
+        ("metadata.labels", _size(metadata.get("labels"), dict), MAX_LABELS),
+        ("metadata.annotations", _size(metadata.get("annotations"), dict), MAX_LABELS),
+        ("metadata.ownerReferences", _size(metadata.get("ownerReferences"), list), MAX_OWNERS),
+    ):
         if count > bound:
-            return f"the pod has {count} {what}; gpupack plans pods with at most {bound}"
+            return _over(what, count, bound)
+    containers = _list(spec.get("containers")) + _list(spec.get("initContainers"))
+    if len(containers) > MAX_CONTAINERS:
+        return _over("spec.containers and spec.initContainers", len(containers), MAX_CONTAINERS)
+    for container in containers:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        if not isinstance(resources, dict):
+            continue
+        for table in ("requests", "limits"):
+            count = _size(resources.get(table), dict)
+            if count > MAX_RESOURCES:
+                return _over(f"a container's resources.{table}", count, MAX_RESOURCES)
+    if _size(spec.get("tolerations"), list) > MAX_TOLERATIONS:
+        return _over("spec.tolerations", _size(spec.get("tolerations"), list), MAX_TOLERATIONS)
+    if _size(spec.get("nodeSelector"), dict) > MAX_LABELS:
+        return _over("spec.nodeSelector", _size(spec.get("nodeSelector"), dict), MAX_LABELS)
+    if spec.get("affinity") is None:
+        return None
+    node = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
+    required = _list(_dict(node.get("requiredDuringSchedulingIgnoredDuringExecution")).get("nodeSelectorTerms"))
+    if len(required) > MAX_TERMS:
+        return _over("required node selector terms", len(required), MAX_TERMS)
+    preferred = _list(node.get("preferredDuringSchedulingIgnoredDuringExecution"))
+    if len(preferred) > MAX_TERMS:
+        return _over("preferred scheduling terms", len(preferred), MAX_TERMS)
+    expressions = [e for _, found in _affinity_expressions(spec) for e in found]
+    if len(expressions) > MAX_EXPRESSIONS:
+        return _over("node affinity match expressions", len(expressions), MAX_EXPRESSIONS)
+    values = sum(len(_list(_dict(e).get("values"))) for e in expressions)
+    if values > MAX_VALUES:
+        return _over("node affinity values", values, MAX_VALUES)
     return None

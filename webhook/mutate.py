@@ -11,21 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ValidationError
+import msgspec
+import orjson
 
 from gpupack import contract
 from gpupack.cluster import UNKNOWN, ClusterFacts
-from gpupack.k8s import Pod
+from gpupack.k8s import InvalidPod, Pod, decode_pod, document, read_pod
 from gpupack.lease import ASSUMED_LIVE, SchedulerStatus
 from gpupack.policy import ClassPolicy, Policy
-from gpupack.validation import describe
 from webhook.bounds import too_large
 from webhook.labels import LabelError, WorkloadRequest, read_request
 from webhook.outcome import ChangeKind, Notes, clip
 from webhook.patches import PatchBuilder, PatchOp
 from webhook.placement import place
 from webhook.priority import apply_priority
-from webhook.resources import apply_gpu, apply_requests, gpu_container
+from webhook.resources import apply_gpu, apply_requests, asks_for_gpu, gpu_container
 from webhook.routing import route
 from webhook.sizing import choose_gpu
 
@@ -70,17 +70,16 @@ def parse_pod(raw: Any) -> Pod:
     if not isinstance(raw, dict):
         raise InvalidObject("request.object must be a Pod object")
     try:
-        return Pod.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidObject(describe(exc, prefix="request.object.")) from exc
+        return read_pod(raw)
+    except InvalidPod as exc:
+        raise InvalidObject(f"request.object.{exc}") from exc
 
 
 def _has_gpu(pod: Pod, policy: Policy) -> bool:
     shared = policy.time_slicing.resource_name
-    for container in [*pod.spec.containers, *(pod.spec.init_containers or [])]:
-        resources = container.resources
-        for table in (resources.requests, resources.limits) if resources else ():
-            if any(contract.is_gpu_resource(k, shared) for k in table or {}):
+    for containers in (pod.spec.containers, pod.spec.init_containers or ()):
+        for container in containers:
+            if asks_for_gpu(container, shared):
                 return True
     return False
 
@@ -157,20 +156,62 @@ def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> De
     Returns a Decision; raises InvalidObject when `raw` is not a readable Pod. An opted-in pod with an invalid
     gpupack label, or larger than gpupack plans (`webhook.bounds`), is denied (allowed false, message naming the
     label and the valid values, or the bound), except in audit mode, where it is admitted with a warning saying
-    it would have been refused.
+    it would have been refused. Namespaces never touched and the bounds are checked before the pod is read, so
+    a malformed pod there is admitted or refused for that, not answered 400.
     """
     if not isinstance(raw, dict):
         raise InvalidObject("request.object must be a Pod object")
-    policy = ctx.policy
+    gated = _gate(raw, namespace, ctx)
+    if gated is not None:
+        return gated
+    pod = parse_pod(raw)
+    return _decide(pod, document(pod), ctx)
+
+
+def plan_json(data: bytes | msgspec.Raw, namespace: str | None, ctx: MutationContext) -> Decision:
+    """`plan()` of the Pod in JSON text (the webhook's request body), decoding only the fields gpupack reads.
+
+    A pod those fields do not decode as (a wrong type, a malformed affinity) is decoded whole and given to
+    `plan()`, which decides in its own order (a namespace never touched, the bounds, then the field it names);
+    raises InvalidObject as `plan()` does, and when the text is not JSON.
+    """
+    try:
+        pod = decode_pod(data)
+    except (InvalidPod, msgspec.DecodeError, RecursionError):
+        try:
+            raw = orjson.loads(memoryview(data))
+        except orjson.JSONDecodeError as exc:
+            raise InvalidObject(f"request.object is not JSON: {exc}") from exc
+        return plan(raw, namespace, ctx)
+    return plan_pod(pod, namespace, ctx)
+
+
+def plan_pod(pod: Pod, namespace: str | None, ctx: MutationContext) -> Decision:
+    """`plan()` of a Pod already read (`gpupack.k8s.decode_pod`): the same checks in the same order, against the
+    pod's JSON form as the model holds it, which has every field they read and patch."""
+    doc = document(pod)
+    gated = _gate(doc, namespace, ctx)
+    if gated is not None:
+        return gated
+    return _decide(pod, doc, ctx)
+
+
+def _gate(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> Decision | None:
+    """What is decided before the pod is read: namespaces never touched, and pods over the bounds."""
     metadata = raw.get("metadata")
     own = metadata.get("namespace") if isinstance(metadata, dict) else None
     ns = namespace or (own if isinstance(own, str) else "")
-    if ns in policy.never_touched:
+    if ns in ctx.policy.never_touched:
         return _skip(f"namespace {ns} is never touched")
     problem = too_large(raw)
     if problem is not None:
         return _too_large(raw, problem, ctx)
-    pod = parse_pod(raw)
+    return None
+
+
+def _decide(pod: Pod, doc: dict[str, Any], ctx: MutationContext) -> Decision:
+    """The decision for a pod read and within the bounds; `doc` is its JSON form, which the patch is built on."""
+    policy = ctx.policy
     if contract.ANNOTATION_MIRROR_POD in pod.annotations:
         return _skip("mirror pod")
     labelled = contract.LABEL_WORKLOAD in pod.labels
@@ -179,7 +220,7 @@ def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> De
     if not labelled and not (ctx.namespace_opted_in and (has_gpu or stateful)):
         return _skip("not opted in" if not labelled and not ctx.namespace_opted_in else "no GPU requested")
     notes = Notes()
-    builder = PatchBuilder(raw)
+    builder = PatchBuilder(doc)
     audit = policy.mode == "audit"
     try:
         if labelled or has_gpu:
@@ -189,7 +230,7 @@ def plan(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> De
             place(pod, builder, policy, "forbid", "StatefulSet pods", notes)
     except LabelError as exc:
         return _refuse(str(exc), audit)
-    return _finish(raw, builder, notes, workload, ctx, audit)
+    return _finish(doc, builder, notes, workload, ctx, audit)
 
 
 AUDIT_ANNOTATION_CHARS = 4096

@@ -7,7 +7,7 @@ lines are unreadable, so each is cut to 120 characters) and one line of the audi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gpupack.lease import SchedulerStatus
 
@@ -21,8 +21,7 @@ def clip(text: str, limit: int = WARNING_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(NamedTuple):
     """One change or conflict, in words, with the kind the metrics count it under."""
 
     kind: ChangeKind
@@ -48,8 +47,8 @@ class Notes:
 
     def warnings(self, prefix: str) -> list[str]:
         """One warning per note, prefixed (`gpupack:` or `gpupack audit, would:`) and clipped."""
-        return [clip(f"{prefix} {n.text}") for n in self.items]
+        return [clip(f"{prefix} {text}") for _, text in self.items]
 
     def summary(self) -> str:
         """All notes on one line, for annotations and logs."""
-        return "; ".join(n.text for n in self.items)
+        return "; ".join([text for _, text in self.items])

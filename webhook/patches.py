@@ -8,7 +8,7 @@ untouched, and an object that already satisfies every intent yields an empty pat
 
 from __future__ import annotations
 
-import base64
+import binascii
 import copy
 from functools import lru_cache
 from typing import Any, Literal, NotRequired, TypedDict
@@ -41,8 +41,8 @@ def pointer(path: Path) -> str:
 
 
 def encode_patch(ops: list[PatchOp]) -> str:
-    """The base64 form an AdmissionResponse carries."""
-    return base64.b64encode(orjson.dumps(ops)).decode()
+    """The base64 form an AdmissionResponse carries (what `base64.b64encode` does, without its Python wrapper)."""
+    return binascii.b2a_base64(orjson.dumps(ops), newline=False).decode("ascii")
 
 
 def _copy(doc: dict[str, Any]) -> dict[str, Any]:
@@ -77,12 +77,15 @@ class PatchBuilder:
     def _writable(self, path: Path) -> Any:
         """The node at `path` (which must exist), copied along the way so it may be changed in place."""
         node: Any = self._doc
+        owned = self._owned
         for token in path:
             child = node[token]
-            if id(child) not in self._owned and isinstance(child, (dict, list)):
-                child = dict(child) if isinstance(child, dict) else list(child)
-                node[token] = child
-                self._owned.add(id(child))
+            if id(child) not in owned:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    child = kind(child)
+                    node[token] = child
+                    owned.add(id(child))
             node = child
         return node
 
@@ -110,29 +113,49 @@ class PatchBuilder:
         node, depth = self._locate(path)
         return node if depth == len(path) else None
 
-    def _ensure(self, path: Path, leaf: Any) -> Any:
-        """The node at `path`, or None after creating its first missing parent with `leaf` at the end."""
-        node, depth = self._locate(path)
-        if depth == len(path):
-            return node
+    def _create(self, path: Path, depth: int, node: Any, leaf: Any) -> None:
+        """Create the first missing parent of `path` (at `depth`, below the existing `node`) with `leaf` at the
+        end, in one `add`."""
         token = path[depth]
         if not isinstance(token, str) or not isinstance(node, dict):
             raise TypeError(f"cannot create {pointer(path[: depth + 1])}")
         value = _nest(path[depth + 1 :], leaf)
         self._writable(path[:depth])[token] = value
         self._ops.append({"op": "add", "path": pointer(path[: depth + 1]), "value": value})
+
+    def _ensure(self, path: Path, leaf: Any) -> Any:
+        """The node at `path`, or None after creating its first missing parent with `leaf` at the end."""
+        node, depth = self._locate(path)
+        if depth == len(path):
+            return node
+        self._create(path, depth, node, leaf)
         return None
 
     def set(self, path: Path, key: str, value: Any) -> None:
-        """The mapping at `path` must map `key` to `value`."""
-        self.set_many(path, {key: value})
+        """The mapping at `path` must map `key` to `value` (`set_many` of one entry, without the mapping)."""
+        node, depth = self._locate(path)
+        if depth < len(path):
+            self._create(path, depth, node, {key: value})
+            return
+        if not isinstance(node, dict):
+            raise TypeError(f"{pointer(path)} is not an object")
+        current = node.get(key)
+        if current is None:
+            op: Literal["add", "replace"] = "add"
+        elif current != value:
+            op = "replace"
+        else:
+            return
+        self._writable(path)[key] = value
+        self._ops.append({"op": op, "path": pointer(path) + "/" + escape(key), "value": value})
 
     def set_many(self, path: Path, entries: dict[str, Any]) -> None:
         """The mapping at `path` must hold `entries`; a missing mapping is created once with all of them."""
         if not entries:
             return
-        node = self._ensure(path, dict(entries))
-        if node is None:
+        node, depth = self._locate(path)
+        if depth < len(path):
+            self._create(path, depth, node, dict(entries))
             return
         if not isinstance(node, dict):
             raise TypeError(f"{pointer(path)} is not an object")
@@ -153,11 +176,12 @@ class PatchBuilder:
             writable[key] = value
 
     def remove(self, path: Path, key: str) -> None:
-        """The mapping at `path` must not contain `key`."""
+        """The mapping at `path` must not contain `key` (which may be the pod's own: a GPU resource name the policy
+        replaces, so it is escaped here and never joins the cached pointers)."""
         node = self.current(path)
         if isinstance(node, dict) and key in node:
             del self._writable(path)[key]
-            self._ops.append({"op": "remove", "path": pointer((*path, key))})
+            self._ops.append({"op": "remove", "path": pointer(path) + "/" + escape(key)})
 
     def append(self, path: Path, item: Any) -> None:
         """The list at `path` must contain `item`: appended when no equal item is there, created when missing."""

@@ -23,7 +23,9 @@ UserChoice = Literal["require", "forbid"] | None
 
 
 def _required_terms(pod: Pod) -> list[dict[str, Any]]:
-    affinity = pod.spec.affinity or {}
+    affinity = pod.spec.affinity
+    if not affinity:
+        return []
     required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or []
     return [t for t in terms if isinstance(t, dict)]
@@ -49,7 +51,10 @@ def user_spot_choice(pod: Pod, policy: Policy) -> UserChoice:
     selected = (pod.spec.node_selector or {}).get(key)
     if selected is not None:
         return "require" if selected == value else "forbid"
-    choices = {_term_choice(t, key, value) for t in _required_terms(pod)}
+    terms = _required_terms(pod)
+    if not terms:
+        return None
+    choices = {_term_choice(t, key, value) for t in terms}
     return choices.pop() if len(choices) == 1 else None
 
 

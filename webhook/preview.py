@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from gpupack.cluster import ClusterFacts
@@ -116,7 +117,7 @@ def preview(
             review = parse_review(json.dumps(document).encode())
         except BadReview as exc:
             raise PreviewError(str(exc)) from exc
-        pod, namespace = review.request.object, review.request.namespace
+        pod, namespace = orjson.loads(memoryview(review.request.object)), review.request.namespace
         if pod is None:
             raise PreviewError("the AdmissionReview carries no request.object")
     elif document.get("kind", "Pod") == "Pod":

@@ -19,11 +19,29 @@ from webhook.sizing import GpuChoice
 def _gpu_keys(container: Container, shared: str) -> dict[str, str]:
     resources = container.resources
     found: dict[str, str] = {}
-    for table in (resources.limits, resources.requests) if resources else ():
-        for key, value in (table or {}).items():
-            if contract.is_gpu_resource(key, shared):
-                found.setdefault(key, str(value))
+    if resources is None:
+        return found
+    is_gpu = contract.is_gpu_resource
+    for table in (resources.limits, resources.requests):
+        if table:
+            for key, value in table.items():
+                if is_gpu(key, shared) and key not in found:
+                    found[key] = str(value)
     return found
+
+
+def asks_for_gpu(container: Container, shared: str) -> bool:
+    """Whether the container's requests or limits name a GPU resource (whole, time-sliced or MIG)."""
+    resources = container.resources
+    if resources is None:
+        return False
+    is_gpu = contract.is_gpu_resource
+    for table in (resources.requests, resources.limits):
+        if table:
+            for key in table:
+                if is_gpu(key, shared):
+                    return True
+    return False
 
 
 def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:
@@ -51,7 +69,7 @@ def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:
         names = [c.name for c in pod.spec.containers] + [c.name for c in pod.spec.init_containers or []]
         raise LabelError(contract.ANNOTATION_CONTAINER, name, "the name of one of the containers: " + ", ".join(names))
     for index, container in enumerate(pod.spec.containers):
-        if _gpu_keys(container, shared):
+        if asks_for_gpu(container, shared):
             return "containers", index
     return "containers", 0
 
@@ -97,10 +115,13 @@ def apply_gpu(
 def _request(container: Container, resource: str, default: str, enforced: bool) -> str | None:
     """The request to write for one resource of one container, or None to leave it as it is."""
     resources = container.resources
-    current = (resources.requests or {}).get(resource) if resources else None
-    if current is not None and not enforced:
-        return None
-    limit = (resources.limits or {}).get(resource) if resources else None
+    if resources is None:
+        current = limit = None
+    else:
+        current = resources.requests.get(resource) if resources.requests else None
+        if current is not None and not enforced:
+            return None
+        limit = resources.limits.get(resource) if resources.limits else None
     value = default
     try:
         if limit is not None and parse_quantity(limit) < parse_quantity(default):
@@ -116,19 +137,19 @@ def apply_requests(pod: Pod, builder: PatchBuilder, policy: Policy, cls: ClassPo
     Plain init containers run before the app and do not add to the pod's steady footprint: left alone.
     """
     enforced = policy.enforces("requests")
-    targets: list[tuple[str, int, Container]] = [("containers", i, c) for i, c in enumerate(pod.spec.containers)]
-    targets += [
-        ("initContainers", i, c) for i, c in enumerate(pod.spec.init_containers or []) if c.restart_policy == "Always"
-    ]
+    defaults = (("cpu", cls.cpu), ("memory", cls.memory))
     touched: list[str] = []
-    for field, index, container in targets:
-        entries = {
-            resource: value
-            for resource, default in (("cpu", cls.cpu), ("memory", cls.memory))
-            if (value := _request(container, resource, default, enforced)) is not None
-        }
-        if entries:
-            builder.set_many(("spec", field, index, "resources", "requests"), entries)
-            touched.append(container.name + " " + " ".join(f"{k}={v}" for k, v in entries.items()))
+    for field, containers in (("containers", pod.spec.containers), ("initContainers", pod.spec.init_containers)):
+        for index, container in enumerate(containers or ()):
+            if field == "initContainers" and container.restart_policy != "Always":
+                continue
+            entries: dict[str, str] = {}
+            for resource, default in defaults:
+                value = _request(container, resource, default, enforced)
+                if value is not None:
+                    entries[resource] = value
+            if entries:
+                builder.set_many(("spec", field, index, "resources", "requests"), entries)
+                touched.append(container.name + " " + " ".join(f"{k}={v}" for k, v in entries.items()))
     if touched:
         notes.add("requests", "requests set: " + ", ".join(touched))

@@ -33,11 +33,25 @@ class GpuChoice:
     count_from_label: bool = False
 
 
-def offered_profiles(policy: Policy, advertised: frozenset[str] | None) -> list[MigProfileSpec]:
+# Both inputs change only when the policy is reloaded or the cluster read again, and the answer took 5 µs of
+# every MIG admission: it is kept, keyed by the policy's profiles (held in the entry, so that their id cannot
+# be reused by another tuple while the entry lives) and the advertised resources.
+_OFFERED: dict[tuple[int, frozenset[str] | None], tuple[tuple[MigProfileSpec, ...], tuple[MigProfileSpec, ...]]] = {}
+_OFFERED_KEPT = 16
+
+
+def offered_profiles(policy: Policy, advertised: frozenset[str] | None) -> tuple[MigProfileSpec, ...]:
     """Profiles of the policy that some node advertises (all when that is unknown), smallest first."""
-    if advertised is None:
-        return list(policy.profiles_by_size)
-    return [p for p in policy.profiles_by_size if p.resource in advertised]
+    profiles = policy.profiles_by_size
+    key = (id(profiles), advertised)
+    seen = _OFFERED.get(key)
+    if seen is not None and seen[0] is profiles:
+        return seen[1]
+    offered = profiles if advertised is None else tuple(p for p in profiles if p.resource in advertised)
+    if len(_OFFERED) >= _OFFERED_KEPT:
+        _OFFERED.clear()
+    _OFFERED[key] = (profiles, offered)
+    return offered
 
 
 def smallest_fitting(profiles: Iterable[MigProfileSpec], memory: Decimal) -> MigProfileSpec | None:
@@ -45,7 +59,10 @@ def smallest_fitting(profiles: Iterable[MigProfileSpec], memory: Decimal) -> Mig
 
     `profiles` come smallest first (Policy.profiles_by_size), so the first that fits is the answer.
     """
-    return next((p for p in profiles if p.memory_bytes >= memory), None)
+    for profile in profiles:
+        if profile.memory_bytes >= memory:
+            return profile
+    return None
 
 
 def sharing_mode(request: WorkloadRequest, cls: ClassPolicy) -> tuple[Sharing, str]:

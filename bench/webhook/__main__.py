@@ -10,11 +10,11 @@ with its range. Each round has two kinds of run:
 
 saturation  every connection sends its next request as soon as the answer arrives: the most the server can
             do (requests/s) and its latency when the queue is always full. gpupack's throughput is reported
-            as a fraction of the bare server's, measured in the same run. Target: >= 40%.
+            as a fraction of the bare server's, measured in the same run. Target: >= 50%.
 paced       the same connections at a fixed total rate (`--rate`, 1,000 req/s by default): each waits
             `connections / rate` seconds on average (wrk's `delay()`, exponentially distributed so that the
             connections do not send in lockstep) after an answer before sending again. This is the latency an
-            admission sees when the webhook is busy but not overloaded. Target: p99 < 5 ms.
+            admission sees when the webhook is busy but not overloaded. Target: p99 <= 3 ms.
 
 Why two runs: wrk is closed-loop. With N connections at saturation, Little's law fixes the mean latency at
 N / throughput (16 connections at 2,000 req/s is 8 ms whatever the code does), so a latency target is only
@@ -23,6 +23,12 @@ moment a request is written, and a connection stuck on a slow answer sends nothi
 counted once instead of for every request that would have been sent during them (coordinated omission).
 Its p99 is a lower bound of what an open-loop client (wrk2, the API server) would see; the pause after each
 answer also makes the achieved rate slightly lower than `--rate` (it is reported).
+
+Each run also reports how often the server was preempted (its involuntary context switches, from /proc): on a
+shared machine another process that takes the server's core holds it for a scheduler slice of a few
+milliseconds, which is the p99 of a paced run whatever the server does; a round whose servers were preempted
+hundreds of times measured the neighbour as much as the server. The stage by stage cost of one admission,
+without the network, is `python -m bench.webhook.stages`.
 """
 
 from __future__ import annotations
@@ -38,13 +44,13 @@ import tempfile
 from pathlib import Path
 
 from bench.net import free_port, wait_port, write_kubeconfig
+from bench.webhook.recorded import recorded_body
 from bench.wrk import read_report
 from certs.issue import issue_ca, issue_serving_cert, write_pair
 from gpupack.argtypes import positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 BARE, GPUPACK = "bare aiohttp", "gpupack webhook"
-FIXTURE = ROOT.parent / "shared/fixtures/recorded-k8s-1.36/admission/000-mutate-llm-infer-7b-abc12.json"
 
 
 def wrk_script(body: str, delay_ms: float | None = None) -> str:
@@ -90,6 +96,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def preemptions(pid: int) -> int:
+    """Involuntary context switches of a process so far, all its threads (Linux /proc): how often the kernel
+    took its core away to run something else."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("nonvoluntary_ctxt_switches:"):
+                total += int(line.split(":")[1])
+    return total
+
+
 class Server:
     """One server process pinned to CPU 0, measured with wrk runs; `cpu_us` is its CPU time per request."""
 
@@ -105,9 +122,10 @@ class Server:
     def run(self, script: Path, connections: int, duration: int) -> dict[str, float]:
         """One wrk run; the result also has `cpu_us`, the server's CPU time (user + system) per request, which
         moves much less than requests/s when the machine is shared."""
-        before = cpu_seconds(self.proc.pid)
+        before, preempted = cpu_seconds(self.proc.pid), preemptions(self.proc.pid)
         result = run_wrk(self.port, script, connections, duration)
         result["cpu_us"] = (cpu_seconds(self.proc.pid) - before) / max(result["requests"], 1) * 1e6
+        result["preempted"] = preemptions(self.proc.pid) - preempted
         return result
 
     def stop(self) -> None:
@@ -132,8 +150,8 @@ def main() -> int:
     if not shutil.which("wrk") or not shutil.which("taskset"):
         print("needs wrk and taskset (Debian packages wrk, util-linux)", file=sys.stderr)
         return 2
-    body = FIXTURE.read_text().replace("gpu.example.com/model-memory", "gpupack.io/gpu-memory")
-    body = body.replace("gpu.example.com/", "gpupack.io/")
+    body = recorded_body()
+    load_before = os.getloadavg()[0]
     delay_ms = args.connections / args.rate * 1000.0
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -178,16 +196,16 @@ def main() -> int:
             for server in servers.values():
                 server.stop()
             api.terminate()
-    print(f"{'':<24}{'saturation':^42}{f'paced, {args.rate:g} req/s offered':^30}")
+    print(f"{'':<24}{'saturation':^42}{f'paced, {args.rate:g} req/s offered':^40}")
     print(f"{'round  server':<24}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'CPU µs/req':>12}", end="")
-    print(f"{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
+    print(f"{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'preempted':>10}{'non-2xx':>10}")
     for number, results in enumerate(rounds, start=1):
         for name, runs in results.items():
             sat, paced = runs["saturation"], runs["paced"]
             print(
                 f"{number:<7}{name:<17}{sat['rps']:>10.0f}{sat['p50_ms']:>10.2f}{sat['p99_ms']:>10.2f}"
                 f"{sat['cpu_us']:>12.0f}{paced['rps']:>10.0f}{paced['p50_ms']:>10.2f}{paced['p99_ms']:>10.2f}"
-                f"{sat['non_2xx'] + paced['non_2xx']:>10.0f}"
+                f"{paced['preempted']:>10.0f}{sat['non_2xx'] + paced['non_2xx']:>10.0f}"
             )
     ratios = [r[GPUPACK]["saturation"]["rps"] / r[BARE]["saturation"]["rps"] for r in rounds]
     cpu_ratios = [r[BARE]["saturation"]["cpu_us"] / r[GPUPACK]["saturation"]["cpu_us"] for r in rounds]
@@ -198,14 +216,16 @@ def main() -> int:
     errors = sum(r[n][k]["non_2xx"] + r[n][k]["socket_errors"] for r in rounds for n in r for k in r[n])
     print(
         f"\ngpupack / bare throughput at saturation, median of {len(rounds)} rounds: {ratio:.0%} "
-        f"({ratio_low:.0%}-{ratio_high:.0%}; target >= 40%) {'PASS' if ratio >= 0.40 else 'FAIL'}"
+        f"({ratio_low:.0%}-{ratio_high:.0%}; target >= 50%) {'PASS' if ratio >= 0.50 else 'FAIL'}"
     )
     print(f"  by server CPU per request: {cpu_ratio:.0%} ({cpu_low:.0%}-{cpu_high:.0%})")
     print(
-        f"gpupack p99 at {args.rate:g} req/s, median: {p99:.2f} ms ({p99_low:.2f}-{p99_high:.2f}; target < 5 ms) "
-        f"{'PASS' if p99 < 5.0 else 'FAIL'}"
+        f"gpupack p99 at {args.rate:g} req/s, median: {p99:.2f} ms ({p99_low:.2f}-{p99_high:.2f}; target <= 3 ms) "
+        f"{'PASS' if p99 <= 3.0 else 'FAIL'}"
     )
     print(f"non-2xx and socket errors: {errors:.0f}; {args.connections} connections, {os.cpu_count()} CPUs here")
+    load_after = os.getloadavg()[0]
+    print(f"load average (1 min) before and after: {load_before:.2f}, {load_after:.2f} (this run adds about 2)")
     out = ROOT / "bench/results"
     out.mkdir(exist_ok=True)
     summary = {
@@ -218,6 +238,8 @@ def main() -> int:
         "paced_p99s_ms": p99s,
         "rate": args.rate,
         "connections": args.connections,
+        "load_before": load_before,
+        "load_after": load_after,
     }
     (out / "webhook.json").write_text(json.dumps(summary, indent=2))
     return 0

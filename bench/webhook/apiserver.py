@@ -9,16 +9,12 @@ process, off the webhook's CPU.
 from __future__ import annotations
 
 import datetime
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
-import yaml
 from aiohttp import web
 
-ROOT = Path(__file__).resolve().parents[2]
-RECORDED = ROOT.parent / "shared/fixtures/recorded-k8s-1.36"
+from bench.webhook import recorded
 
 
 def _list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -27,8 +23,7 @@ def _list(kind: str, items: list[dict[str, Any]]) -> dict[str, Any]:
 
 def make_app() -> web.Application:
     """The three reads of a deployed webhook."""
-    classes = [doc for doc in yaml.safe_load_all((ROOT / "manifests/priorityclasses.yaml").read_text()) if doc]
-    nodes = json.loads((RECORDED / "nodes.json").read_text())["items"]
+    classes, nodes = recorded.priority_classes(), recorded.nodes()
 
     async def priority_classes(_request: web.Request) -> web.Response:
         return web.json_response(_list("PriorityClassList", classes))
