@@ -102,11 +102,15 @@ class PolicyStore:
         initial: LoadedPolicy | None = None,
         on_reload: Callable[[LoadedPolicy], None] | None = None,
         on_failure: Callable[[str], None] | None = None,
+        on_valid: Callable[[], None] | None = None,
     ) -> None:
+        """`on_reload`: a new version took effect (and once for the initial one); `on_failure`: a version was
+        refused; `on_valid`: the file read validated, new version or the one in force (a refused edit reverted)."""
         self.path = path
         self.current = initial if initial is not None else load_policy_file(path)
         self._on_reload = on_reload
         self._on_failure = on_failure
+        self._on_valid = on_valid
         if on_reload is not None:
             on_reload(self.current)
 
@@ -132,6 +136,8 @@ class PolicyStore:
         if isinstance(loaded, str):
             self._refused(loaded)
             return False
+        if self._on_valid is not None:
+            self._on_valid()
         if loaded.version == self.current.version:
             return False
         log.info("policy reloaded: version %s replaces %s", loaded.version, self.current.version)
@@ -157,7 +163,9 @@ class PolicyStore:
         try:
             raw = await asyncio.to_thread(_read, self.path)
             version = policy_version(raw)
-            if version == self.current.version:
+            if version == self.current.version:  # valid: it is the version in force (a refused edit reverted)
+                if self._on_valid is not None:
+                    self._on_valid()
                 return False
             loaded: LoadedPolicy | str = LoadedPolicy(await parse_in_child(raw, str(self.path)), version)
         except ParserFailed as exc:

@@ -14,7 +14,8 @@ from gpupack.policy_store import LoadedPolicy, PolicyStore, load_policy_file
 
 
 class PolicyMetrics:
-    """`gpupack_policy_info{version,mode}` and `gpupack_policy_reload_failures_total`."""
+    """`gpupack_policy_info{version,mode}`, `gpupack_policy_reload_failures_total` and
+    `gpupack_policy_file_valid`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.info = Gauge(
@@ -25,6 +26,13 @@ class PolicyMetrics:
             "Policy versions refused because they did not validate.",
             registry=registry,
         )
+        self.file_valid = Gauge(
+            "gpupack_policy_file_valid",
+            "1 while the policy file holds the version in force or a valid new one; 0 while it holds a version "
+            "that was refused (the service keeps the last good one, a restarted pod would not start).",
+            registry=registry,
+        )
+        self.file_valid.set(1)  # a service starts only on a valid file
 
     def loaded(self, loaded: LoadedPolicy) -> None:
         """Point the info gauge at the new version."""
@@ -32,8 +40,13 @@ class PolicyMetrics:
         self.info.labels(loaded.version, loaded.policy.mode).set(1)
 
     def failed(self, _message: str) -> None:
-        """Count a refused version."""
+        """Count a refused version; the file is invalid until a valid read."""
         self.reload_failures.inc()
+        self.file_valid.set(0)
+
+    def valid(self) -> None:
+        """The file read validated."""
+        self.file_valid.set(1)
 
 
 def monitored_policy_store(path: Path | None, registry: CollectorRegistry) -> PolicyStore:
@@ -43,7 +56,9 @@ def monitored_policy_store(path: Path | None, registry: CollectorRegistry) -> Po
     nobody wrote.
     """
     metrics = PolicyMetrics(registry)
-    return PolicyStore(path, load_policy_file(path), on_reload=metrics.loaded, on_failure=metrics.failed)
+    return PolicyStore(
+        path, load_policy_file(path), on_reload=metrics.loaded, on_failure=metrics.failed, on_valid=metrics.valid
+    )
 
 
 class ClusterReadMetrics:

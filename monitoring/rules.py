@@ -276,11 +276,14 @@ def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
         ),
         _alert(
             "GpupackPolicyReloadFailed",
-            _increased("gpupack_policy_reload_failures_total", t.error_window, "job"),
+            # While the file stays invalid (a restarted pod would not start), and for a while after each refusal.
+            "min by (job) (gpupack_policy_file_valid) == 0 or "
+            + _increased("gpupack_policy_reload_failures_total", t.error_window, "job"),
             "warning",
             "A gpupack policy change was refused",
-            "The new ConfigMap did not validate; the last good policy stays in force. The log line names the "
-            "field: fix the ConfigMap, or preview it with `gpupack mutate --config`.",
+            "The new ConfigMap did not validate; the last good policy stays in force, but a pod that restarts "
+            "now will not start. The log line names the field: fix the ConfigMap, or preview it with "
+            "`gpupack mutate --config`.",
         ),
         _alert(
             "GpupackCertificateExpiringSoon",

@@ -28,7 +28,7 @@ async def watched(tmp_path: Path) -> AsyncIterator[tuple[PolicyStore, CollectorR
     registry = CollectorRegistry()
     metrics = PolicyMetrics(registry)
     path = _configmap_volume(tmp_path, AUDIT, 1)
-    store = PolicyStore(path, on_reload=metrics.loaded, on_failure=metrics.failed)
+    store = PolicyStore(path, on_reload=metrics.loaded, on_failure=metrics.failed, on_valid=metrics.valid)
     watcher = asyncio.create_task(store.watch(0.02))
     try:
         yield store, registry
@@ -233,7 +233,7 @@ async def test_a_file_that_is_no_configmap_key_is_refused_without_reading_it(
     path.write_bytes(AUDIT)
     registry = CollectorRegistry()
     metrics = PolicyMetrics(registry)
-    store = PolicyStore(path, on_reload=metrics.loaded, on_failure=metrics.failed)
+    store = PolicyStore(path, on_reload=metrics.loaded, on_failure=metrics.failed, on_valid=metrics.valid)
     path.unlink()
     if swap == "fifo":
         os.mkfifo(path)
@@ -252,3 +252,23 @@ async def test_a_file_that_is_no_configmap_key_is_refused_without_reading_it(
         assert "not a regular file" in said or "larger than a ConfigMap" in said
     finally:
         watcher.cancel()
+
+
+async def test_the_file_valid_gauge_stays_0_until_the_file_is_fixed(
+    watched: tuple[PolicyStore, CollectorRegistry], tmp_path: Path
+) -> None:
+    """A refused version counts once, but the file stays invalid (a restarted pod would not start) until fixed,
+    even when it is fixed back to the version in force."""
+    store, registry = watched
+
+    def valid() -> float | None:
+        return registry.get_sample_value("gpupack_policy_file_valid")
+
+    assert valid() == 1
+    _configmap_volume(tmp_path, b"mode: nonsense\n", 2)
+    await wait_until(lambda: _failures(registry) == 1 and valid() == 0)
+    await asyncio.sleep(0.1)  # more polls of the same bad file: still one failure, still invalid
+    assert _failures(registry) == 1 and valid() == 0
+    _configmap_volume(tmp_path, AUDIT, 3)  # back to the version in force
+    await wait_until(lambda: valid() == 1)
+    assert store.current.version == policy_version(AUDIT) and _failures(registry) == 1
