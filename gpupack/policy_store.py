@@ -163,10 +163,8 @@ class PolicyStore:
         try:
             raw = await asyncio.to_thread(_read, self.path)
             version = policy_version(raw)
-            if version == self.current.version:  # valid: it is the version in force (a refused edit reverted)
-                if self._on_valid is not None:
-                    self._on_valid()
-                return False
+            if version == self.current.version:  # the version in force (a refused edit reverted): no parse
+                return self._apply(self.current)
             loaded: LoadedPolicy | str = LoadedPolicy(await parse_in_child(raw, str(self.path)), version)
         except ParserFailed as exc:
             self._refused(f"{exc} (trying again at the next poll)")

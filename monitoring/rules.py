@@ -83,8 +83,8 @@ PENDING_GPU_POD = (
 minutes), which is no sign of missing capacity."""
 
 
-def recording_rules() -> list[dict[str, Any]]:
-    """The recording groups: per-GPU and per-node state every evaluation, the hourly node mean every 5 m."""
+def recording_rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The recording rules: per-GPU and per-node state every evaluation, and the hourly node mean (every 5 m)."""
     live = [
         {"record": "gpupack:gpu_utilization:avg5m", "expr": gpu_utilization("5m")},
         {"record": "gpupack:node_gpu_utilization:avg5m", "expr": node_utilization("5m")},
@@ -109,10 +109,7 @@ def recording_rules() -> list[dict[str, Any]]:
         {"record": "gpupack:gpu_pods_pending:count", "expr": f"count({PENDING_GPU_POD}) or vector(0)"},
     ]
     hourly = [{"record": "gpupack:node_gpu_utilization:avg1h", "expr": node_utilization("1h")}]
-    return [
-        {"name": "gpupack-gpu.rules", "rules": live},
-        {"name": "gpupack-gpu-hourly.rules", "interval": HOURLY_INTERVAL, "rules": hourly},
-    ]
+    return live, hourly
 
 
 def _alert(
@@ -141,8 +138,8 @@ def _days(value: float) -> str:
     return f"{value:g} * 86400"
 
 
-def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
-    """The alert groups, their thresholds from `t`."""
+def alert_rules(t: AlertThresholds = DEFAULT) -> tuple[list[dict[str, Any]], ...]:
+    """The alerts, thresholds from `t`: those reading the per-GPU rules, the weekly classes, gpupack's own."""
     weekly = f"avg_over_time(gpupack:node_gpu_utilization:avg1h[{t.week}])"
     # Reported within the hour `week_history` ago as well as now: a node the autoscaler added yesterday is not idle
     # "for a week", and one missed evaluation back then does not make the alert flap. (An offset, not a subquery
@@ -303,11 +300,7 @@ def alert_rules(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
             "(`kubectl -n gpupack-system get lease gpupack-scheduler`).",
         ),
     ]
-    return [
-        {"name": "gpupack-gpu.alerts", "rules": gpu},
-        {"name": "gpupack-gpu-weekly.alerts", "interval": HOURLY_INTERVAL, "rules": classes},
-        {"name": "gpupack.alerts", "rules": gpupack},
-    ]
+    return gpu, classes, gpupack
 
 
 def groups(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
@@ -319,12 +312,12 @@ def groups(t: AlertThresholds = DEFAULT) -> list[dict[str, Any]]:
     live, hourly = recording_rules()
     gpu, weekly, gpupack = alert_rules(t)
     return [
-        {"name": "gpupack-gpu", "rules": live["rules"] + gpu["rules"]},
-        {"name": "gpupack-gpu-weekly", "interval": HOURLY_INTERVAL, "rules": hourly["rules"] + weekly["rules"]},
-        {"name": "gpupack", "rules": gpupack["rules"]},
+        {"name": "gpupack-gpu", "rules": live + gpu},
+        {"name": "gpupack-gpu-weekly", "interval": HOURLY_INTERVAL, "rules": hourly + weekly},
+        {"name": "gpupack", "rules": gpupack},
     ]
 
 
 def alert_names(t: AlertThresholds = DEFAULT) -> list[str]:
     """The alerts, in file order."""
-    return [rule["alert"] for group in alert_rules(t) for rule in group["rules"]]
+    return [rule["alert"] for rules in alert_rules(t) for rule in rules]

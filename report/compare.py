@@ -53,7 +53,7 @@ def _per_work(value: float, work: float | None) -> float | None:
     return value / work if work else None
 
 
-def compare(before: Period, after: Period, work_unit: str = "busy GPU-hour") -> Comparison:
+def compare(before: Period, after: Period, work_unit: str = DEFAULT_UNIT) -> Comparison:
     """The verdict on two periods.
 
     With a business metric as the unit of work, GPU-hours and GPU nodes per unit are compared. With the default
@@ -64,18 +64,17 @@ def compare(before: Period, after: Period, work_unit: str = "busy GPU-hour") -> 
     b, a = before.gpu_util_mean, after.gpu_util_mean
     if b is not None and a is not None and b <= RISE_FROM and a >= RISE_TO:
         reasons.append(f"the utilization of GPUs in use rose from {b:.0f} % to {a:.0f} %")
-    pairs: list[tuple[float | None, float | None]]
-    if work_unit == DEFAULT_UNIT:
-        same_work = bool(before.work) and (after.work or 0.0) >= (before.work or 0.0) * (1 - FEWER)
-        pairs = [(before.gpu_hours, after.gpu_hours), (before.gpu_nodes_in_use, after.gpu_nodes_in_use)]
-        if not same_work:
-            pairs = []
+    hours: tuple[float | None, float | None]
+    nodes: tuple[float | None, float | None]
+    if work_unit != DEFAULT_UNIT:
+        hours = (_per_work(before.gpu_hours, before.work), _per_work(after.gpu_hours, after.work))
+        nodes = (_per_work(before.gpu_nodes_in_use, before.work), _per_work(after.gpu_nodes_in_use, after.work))
+    elif before.work and (after.work or 0.0) >= before.work * (1 - FEWER):  # the same work, or more
+        hours = (before.gpu_hours, after.gpu_hours)
+        nodes = (before.gpu_nodes_in_use, after.gpu_nodes_in_use)
     else:
-        pairs = [
-            (_per_work(before.gpu_hours, before.work), _per_work(after.gpu_hours, after.work)),
-            (_per_work(before.gpu_nodes_in_use, before.work), _per_work(after.gpu_nodes_in_use, after.work)),
-        ]
-    (hours_b, hours_a), (nodes_b, nodes_a) = pairs or [(None, None), (None, None)]
+        hours = nodes = (None, None)
+    (hours_b, hours_a), (nodes_b, nodes_a) = hours, nodes
     if hours_b and hours_a is not None and hours_a <= hours_b * (1 - FEWER):
         reasons.append(f"the same work took {1 - hours_a / hours_b:.0%} fewer GPU-hours")
     if nodes_b and nodes_a is not None and nodes_a <= nodes_b * (1 - FEWER):

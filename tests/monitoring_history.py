@@ -606,6 +606,7 @@ def _ksm(planted: Planted, start: float, now: float) -> Iterator[Family]:
     info: list[Series] = []
     requests: list[Series] = []
     phases: list[Series] = []
+    scheduled: list[Series] = []
     for p, pod in enumerate(planted.pods):
         first = max(start, now - pod.since)
         pod_labels = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"5f0c{p:04d}-0000-4000-8000-{p:012d}"}
@@ -622,6 +623,9 @@ def _ksm(planted: Planted, start: float, now: float) -> Iterator[Family]:
         for phase in PHASES:
             value = constant(1 if phase == pod.phase else 0)
             phases.append(Series("kube_pod_status_phase", {**pod_labels, "phase": phase}, value, first))
+        for condition, holds in (("true", bool(pod.node)), ("false", not pod.node), ("unknown", False)):
+            labels = {**pod_labels, "condition": condition}
+            scheduled.append(Series("kube_pod_status_scheduled", labels, constant(1 if holds else 0), first))
     yield "kube_pod_info", "gauge", "Information about pod.", info
     yield (
         "kube_pod_container_resource_requests",
@@ -630,14 +634,6 @@ def _ksm(planted: Planted, start: float, now: float) -> Iterator[Family]:
         requests,
     )
     yield "kube_pod_status_phase", "gauge", "The pods current phase.", phases
-    scheduled: list[Series] = []
-    for p, pod in enumerate(planted.pods):
-        first = max(start, now - pod.since)
-        pod_labels = {**KSM, "namespace": pod.namespace, "pod": pod.name, "uid": f"5f0c{p:04d}-0000-4000-8000-{p:012d}"}
-        bound = bool(pod.node)
-        for condition, value in (("true", bound), ("false", not bound), ("unknown", False)):
-            labels = {**pod_labels, "condition": condition}
-            scheduled.append(Series("kube_pod_status_scheduled", labels, constant(1 if value else 0), first))
     yield "kube_pod_status_scheduled", "gauge", "Describes the status of the scheduling process for the pod.", scheduled
 
 
