@@ -6,6 +6,7 @@
     gpupack mutate    preview offline what the webhook does to a Pod
     gpupack certs     issue a CA and a serving certificate, print the caBundle
     gpupack report    find the GPU waste, price it, check that an optimisation worked
+    gpupack mig-plan  choose MIG layouts from demand and apply them one idle node at a time
     gpupack demo      the embedded demo behind `make run` (no cluster needed)
 
 Exit codes: 0 success, 1 a previewed pod is denied, 2 bad input or configuration.
@@ -211,6 +212,17 @@ def _parser() -> argparse.ArgumentParser:
 
     add_arguments(report)
 
+    mig = sub.add_parser(
+        "mig-plan",
+        help="choose MIG layouts from demand, print the mig-parted config and labels, apply them safely",
+        description="The MIG layouts that serve the pods' MIG demand (the webhook's sizing of labelled workloads, "
+        "plus an optional forecast) with the fewest GPUs, then nodes, under NVIDIA's placement rules; nodes running "
+        "GPU pods are left alone. --apply relabels one idle node at a time behind a cordon and checks the result.",
+    )
+    from migplan.cli import add_arguments as add_mig_arguments
+
+    add_mig_arguments(mig)
+
     demo = sub.add_parser(
         "demo",
         help="run the embedded demo (what `make run` does)",
@@ -332,6 +344,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cmd_mig_plan(args: argparse.Namespace) -> int:
+    from migplan.cli import run
+
+    return run(args)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from demo.run import run_demo
 
@@ -350,6 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mutate": _cmd_mutate,
         "certs": _cmd_certs,
         "report": _cmd_report,
+        "mig-plan": _cmd_mig_plan,
         "demo": _cmd_demo,
     }
     try:

@@ -1,0 +1,193 @@
+"""What the MIG layouts must serve, and the MIG nodes that can serve it, read from a cluster's objects.
+
+Demand counts MIG instances per resource (`nvidia.com/mig-1g.5gb`). A pod carrying gpupack labels is sized again
+by the webhook's own `plan()`, as if every profile of the cluster's MIG GPU models were offered: its present request
+was sized against the present layouts (an 8Gi model gets `2g.10gb` where no `1g.10gb` exists), and the point of
+a new layout is to offer what the webhook would pick. Any other pod counts what it requests. Pods that finished,
+and pods on nodes that are not MIG nodes, do not count; pending pods do, that is what they wait for.
+
+A forecast (`--demand FILE`: instances per profile, e.g. the peak over last week) raises the demand to at least
+those counts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.demand import DemandError, pod_requests
+from extender.inventory import LABEL_MIG_CONFIG, node_from_json
+from gpupack import contract
+from gpupack.gpus import CATALOG
+from gpupack.kube import facts_from_lists
+from gpupack.policy import Policy
+from migplan.solve import PROFILE_PREFIX, MigNode, PlanError, resource_of
+from report.cluster import FINISHED, Cluster, labels_of
+from webhook.mutate import MutationContext, plan
+from webhook.patches import apply_patch
+
+LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
+GPU_PREFIX = "nvidia.com/"
+MAX_DEMAND_BYTES = 1024 * 1024
+
+
+def is_mig_node(node: Mapping[str, Any]) -> bool:
+    """GFD says the GPUs are MIG-capable, the MIG manager has a layout label on it, or it advertises MIG."""
+    labels = labels_of(node)
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return (
+        labels.get(LABEL_MIG_CAPABLE) == "true"
+        or LABEL_MIG_CONFIG in labels
+        or any(str(r).startswith(PROFILE_PREFIX) for r in allocatable)
+    )
+
+
+def _uses_gpus(pod: Mapping[str, Any]) -> bool:
+    try:
+        requests = pod_requests(pod.get("spec") or {})
+    except DemandError:
+        return True  # unreadable: assume the worst, the node stays as it is
+    limits = [
+        r
+        for c in [
+            *((pod.get("spec") or {}).get("containers") or []),
+            *((pod.get("spec") or {}).get("initContainers") or []),
+        ]
+        if isinstance(c, dict)
+        for r in ((c.get("resources") or {}).get("limits") or {})
+    ]
+    return any(str(r).startswith(GPU_PREFIX) for r in [*requests, *limits])
+
+
+def mig_nodes(cluster: Cluster, policy: Policy) -> list[MigNode]:
+    """The cluster's MIG nodes of a catalog model; a node is free when no unfinished pod on it uses a GPU."""
+    out: list[MigNode] = []
+    for node in cluster.nodes:
+        if not is_mig_node(node):
+            continue
+        try:
+            record = node_from_json(node, policy)
+        except ValueError:
+            continue
+        if record.gpu_model not in CATALOG or record.gpu_count < 1:
+            continue
+        busy = any(_uses_gpus(p) for p in cluster.pods_on(record.name))
+        offered = {r: n for r, n in record.allocatable.items() if r.startswith(PROFILE_PREFIX) and n > 0}
+        out.append(
+            MigNode(
+                record.name,
+                record.gpu_model,
+                record.gpu_count,
+                not busy,
+                labels_of(node).get(LABEL_MIG_CONFIG),
+                offered,
+            )
+        )
+    return out
+
+
+def sizing_context(policy: Policy, models: Iterable[str]) -> MutationContext:
+    """The webhook's context with every profile of `models` advertised but the whole-GPU one (and nothing else of
+    the cluster's).
+
+    A `7g` instance is a whole GPU behind MIG: a pod that needs all of a GPU's memory is better served by a whole
+    GPU, and a layout that reserves one for it takes the GPU from every smaller profile. Such a pod sizes to
+    `nvidia.com/gpu`, as it does where no layout offers the profile.
+    """
+    offered = {
+        resource_of(p.name): "1"
+        for m in sorted(set(models))
+        for p in CATALOG[m]
+        if p.compute_slices < max(q.compute_slices for q in CATALOG[m])
+    }
+    node = {"metadata": {"name": "mig-plan"}, "status": {"allocatable": offered}}
+    return MutationContext(policy, "mig-plan", facts_from_lists(None, {"items": [node]}))
+
+
+def _bare(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod as its controller creates it again: unbound, without status, without GPU resources."""
+    out = copy.deepcopy(dict(pod))
+    out.pop("status", None)
+    spec = out.setdefault("spec", {})
+    spec.pop("nodeName", None)
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        for part in ("requests", "limits"):
+            if isinstance(resources, dict) and isinstance(resources.get(part), dict):
+                for r in [r for r in resources[part] if str(r).startswith(GPU_PREFIX)]:
+                    del resources[part][r]
+    return out
+
+
+def pod_demand(pod: Mapping[str, Any], context: MutationContext) -> dict[str, int]:
+    """MIG instances the pod needs: the webhook's sizing for a labelled pod, else its own requests."""
+    labelled = any(k.startswith(f"{contract.DOMAIN}/") for k in labels_of(pod))
+    source: Mapping[str, Any] = pod
+    if labelled:
+        raw = _bare(pod)
+        meta = raw.get("metadata") or {}
+        try:
+            decision = plan(raw, meta.get("namespace"), context)
+        except ValueError:
+            decision = None
+        if decision is not None and decision.allowed and decision.ops:
+            source = apply_patch(raw, decision.ops)
+    try:
+        requests = pod_requests(source.get("spec") or {})
+    except DemandError:
+        return {}
+    return {r: n for r, n in requests.items() if r.startswith(PROFILE_PREFIX) and n > 0}
+
+
+def cluster_demand(cluster: Cluster, policy: Policy, nodes: Iterable[MigNode]) -> dict[str, int]:
+    """Instances per MIG resource of the unfinished pods that are pending or run on a MIG node."""
+    mig = {n.name: n for n in nodes}
+    context = sizing_context(policy, (n.model for n in mig.values()))
+    total: dict[str, int] = {}
+    for pod in cluster.pods:
+        if (pod.get("status") or {}).get("phase") in FINISHED:
+            continue
+        where = (pod.get("spec") or {}).get("nodeName")
+        if where and where not in mig:
+            continue
+        for resource, n in pod_demand(pod, context).items():
+            total[resource] = total.get(resource, 0) + n
+    return dict(sorted(total.items()))
+
+
+def read_forecast(path: Path) -> dict[str, int]:
+    """A forecast file: a YAML or JSON mapping of profile (`1g.5gb`) or resource (`nvidia.com/mig-1g.5gb`) to a
+    whole number of instances. Raises PlanError naming the file and the entry."""
+    if path.stat().st_size > MAX_DEMAND_BYTES:
+        raise PlanError(f"{path}: larger than {MAX_DEMAND_BYTES} bytes; a demand is a few lines")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise PlanError(f"{path}: not YAML or JSON: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("demand"), dict):
+        data = data["demand"]
+    if not isinstance(data, dict) or not data:
+        raise PlanError(f"{path}: expected a mapping of MIG profile to instances, e.g. {{1g.5gb: 12}}")
+    known = {p.name for profiles in CATALOG.values() for p in profiles}
+    out: dict[str, int] = {}
+    for key, value in data.items():
+        profile = str(key).removeprefix(PROFILE_PREFIX)
+        if profile not in known:
+            raise PlanError(
+                f"{path}: {json.dumps(str(key))} is not a MIG profile of a known GPU ({', '.join(sorted(known))})"
+            )
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 1_000_000:
+            raise PlanError(f"{path}: {profile}: {value!r} is not a whole number of instances from 0 to 1000000")
+        out[resource_of(profile)] = out.get(resource_of(profile), 0) + value
+    return out
+
+
+def with_forecast(demand: Mapping[str, int], forecast: Mapping[str, int]) -> dict[str, int]:
+    """Per resource, the larger of what pods ask now and what the forecast says."""
+    keys = set(demand) | set(forecast)
+    return {r: max(demand.get(r, 0), forecast.get(r, 0)) for r in sorted(keys)}

@@ -1,0 +1,259 @@
+"""The layouts that serve a MIG demand with the fewest GPUs, then the fewest nodes: an integer program.
+
+Demand is instances per MIG resource (`nvidia.com/mig-1g.5gb`: 60). Nodes that run GPU pods keep their layout
+(reconfiguration needs the GPUs free and the MIG manager does not evict pods), and what they already offer is
+taken off the demand first. Each free MIG node can give each of its GPUs one maximal layout made of the demanded
+profiles its model has (`geometry.maximal_layouts`). Nodes of the same model and GPU count are interchangeable, so
+the program counts GPUs per (node class, layout) and nodes used per class:
+
+    minimise   BIG2 * unserved + BIG1 * GPUs + nodes
+    such that  sum(GPUs[c, l] * instances[l, r]) + unserved[r] >= demand[r]    for every resource r
+               sum_l GPUs[c, l] <= gpus_per_node[c] * nodes[c] <= gpus_per_node[c] * free_nodes[c]
+
+with BIG1 above any node count and BIG2 above any GPU count, so fewer GPUs always win over fewer nodes, and any
+served instance over both. HiGHS (scipy's `milp`) solves it exactly in milliseconds at cluster sizes; the
+classic alternative, first-fit by hand-picked templates (HAMi's "first MIG template suitable"), strands slices.
+
+`fill` then spreads the demand's mix over every free GPU of the models in use: it finds the largest factor k for
+which k times the demand still fits the free GPUs and keeps that answer, so capacity grows in the proportions the
+pods ask for instead of a fixed `all-balanced` mix.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from gpupack import contract
+from migplan.geometry import Counts, maximal_layouts, profiles_of
+
+PROFILE_PREFIX = contract.RESOURCE_MIG_PREFIX
+
+
+def resource_of(profile: str) -> str:
+    """`1g.5gb` -> `nvidia.com/mig-1g.5gb` (the device plugin's mixed strategy)."""
+    return f"{PROFILE_PREFIX}{profile}"
+
+
+@dataclass(frozen=True, slots=True)
+class MigNode:
+    """A MIG-capable node as the planner sees it."""
+
+    name: str
+    model: str
+    """Key of `gpupack.gpus.CATALOG`, e.g. `A100-40GB`."""
+    gpus: int
+    free: bool
+    """No pod requests a GPU resource on it: its layout may change."""
+    config: str | None = None
+    """Its `nvidia.com/mig.config` label now."""
+    offered: Mapping[str, int] = field(default_factory=dict)
+    """MIG resources it advertises now (allocatable), by resource name."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """The layout chosen for one free node: one set of instances per GPU, GPU 0 first."""
+
+    node: str
+    model: str
+    per_gpu: tuple[Counts, ...]
+
+    @property
+    def instances(self) -> dict[str, int]:
+        """MIG resources the node advertises once applied (what `--apply` checks in its allocatable)."""
+        total: Counter[str] = Counter()
+        for layout in self.per_gpu:
+            for profile, n in layout:
+                total[resource_of(profile)] += n
+        return dict(sorted(total.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The answer: layouts for the nodes that serve the demand, and what could not be served."""
+
+    demand: Mapping[str, int]
+    nodes: tuple[NodePlan, ...]
+    unserved: Mapping[str, int]
+    """Instances of each resource neither busy nodes nor free ones can provide."""
+    kept: tuple[str, ...]
+    """Busy nodes, left as they are; their current instances count towards the demand."""
+    idle: tuple[str, ...]
+    """Free MIG nodes the plan leaves as they are (without `fill`: empty, the autoscaler can remove them)."""
+    gpus_needed: int
+    """GPUs of free nodes the demand needs (the optimum; with `fill` more GPUs get layouts, as headroom)."""
+    nodes_needed: int
+    """Free nodes those GPUs take."""
+
+
+class PlanError(ValueError):
+    """A demand or cluster the planner cannot work with; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Class:
+    model: str
+    gpus: int
+    nodes: tuple[MigNode, ...]
+    layouts: tuple[Counts, ...]
+
+
+def _classes(nodes: Sequence[MigNode], resources: set[str]) -> list[_Class]:
+    groups: dict[tuple[str, int], list[MigNode]] = {}
+    for node in nodes:
+        groups.setdefault((node.model, node.gpus), []).append(node)
+    out = []
+    for (model, gpus), members in sorted(groups.items()):
+        allowed = [p for p in profiles_of(model) if resource_of(p) in resources]
+        layouts = maximal_layouts(model, allowed) if allowed else ()
+        if layouts:
+            out.append(_Class(model, gpus, tuple(sorted(members, key=lambda n: n.name)), layouts))
+    return out
+
+
+def _residual(demand: Mapping[str, int], busy: Sequence[MigNode]) -> dict[str, int]:
+    left = dict(demand)
+    for node in busy:
+        for resource, n in node.offered.items():
+            if resource in left:
+                left[resource] = max(0, left[resource] - n)
+    return {r: n for r, n in left.items() if n > 0}
+
+
+def _solve(
+    demand: Mapping[str, int], classes: Sequence[_Class]
+) -> tuple[dict[tuple[int, Counts], int], dict[str, int]]:
+    """GPUs per (class index, layout), and the unserved instances, of the optimum."""
+    resources = sorted(demand)
+    columns = [(ci, layout) for ci, cls in enumerate(classes) for layout in cls.layouts]
+    n_x, n_y, n_s = len(columns), len(classes), len(resources)
+    total_gpus = sum(len(c.nodes) * c.gpus for c in classes)
+    big1 = n_y * max((len(c.nodes) for c in classes), default=0) + 1
+    big2 = big1 * (total_gpus + 1)
+    cost = np.concatenate([np.full(n_x, big1), np.ones(n_y), np.full(n_s, big2)]).astype(float)
+    rows: list[np.ndarray] = []
+    low: list[float] = []
+    high: list[float] = []
+    for ri, resource in enumerate(resources):
+        row = np.zeros(n_x + n_y + n_s)
+        for xi, (_, layout) in enumerate(columns):
+            row[xi] = dict(layout).get(resource.removeprefix(PROFILE_PREFIX), 0)
+        row[n_x + n_y + ri] = 1
+        rows.append(row)
+        low.append(demand[resource])
+        high.append(np.inf)
+    for ci, cls in enumerate(classes):
+        row = np.zeros(n_x + n_y + n_s)
+        for xi, (cj, _) in enumerate(columns):
+            if cj == ci:
+                row[xi] = 1
+        row[n_x + ci] = -cls.gpus
+        rows.append(row)
+        low.append(-np.inf)
+        high.append(0)
+    upper = np.concatenate(
+        [
+            [classes[ci].gpus * len(classes[ci].nodes) for ci, _ in columns],
+            [len(c.nodes) for c in classes],
+            [demand[r] for r in resources],
+        ]
+    ).astype(float)
+    result = milp(
+        cost,
+        constraints=LinearConstraint(np.array(rows), low, high) if rows else None,
+        integrality=np.ones(n_x + n_y + n_s),
+        bounds=Bounds(np.zeros(n_x + n_y + n_s), upper),
+        options={"time_limit": 30.0},
+    )
+    if result.x is None:  # cannot happen with the slack columns; kept as a named error rather than a crash
+        raise PlanError(f"the layout program found no answer: {result.message}")
+    values = np.rint(result.x).astype(int)
+    gpus = {col: int(values[i]) for i, col in enumerate(columns) if values[i]}
+    unserved = {r: int(values[n_x + n_y + i]) for i, r in enumerate(resources) if values[n_x + n_y + i]}
+    return gpus, unserved
+
+
+def _layout_nodes(classes: Sequence[_Class], gpus: Mapping[tuple[int, Counts], int]) -> list[NodePlan]:
+    """Needed GPUs onto nodes, each class's nodes in name order, a layout's GPUs together; a node's spare GPUs
+    take its most common layout (headroom in the mix it already serves)."""
+    plans: list[NodePlan] = []
+    for ci, cls in enumerate(classes):
+        queue = [layout for layout in sorted(cls.layouts) for _ in range(gpus.get((ci, layout), 0))]
+        for node in cls.nodes:
+            if not queue:
+                break
+            mine, queue = queue[: cls.gpus], queue[cls.gpus :]
+            common = Counter(mine).most_common(1)[0][0]
+            per_gpu = tuple(mine) + (common,) * (cls.gpus - len(mine))
+            plans.append(NodePlan(node.name, cls.model, per_gpu))
+    return plans
+
+
+def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = False) -> Plan:
+    """The layouts for `nodes` that serve `demand` (instances per MIG resource) with the fewest GPUs, then nodes.
+
+    Busy nodes (`free=False`) are kept as they are. With `fill`, every free node of the models in use gets a
+    layout: the demand's mix scaled up to what the free GPUs hold (see the module's docstring).
+    """
+    bad = {r: n for r, n in demand.items() if not r.startswith(PROFILE_PREFIX) or n < 0}
+    if bad:
+        raise PlanError(f"demand must count MIG resources (nvidia.com/mig-<profile>) from 0 up, got {bad}")
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise PlanError("a node is listed twice")
+    busy = [n for n in nodes if not n.free]
+    free = [n for n in nodes if n.free]
+    residual = _residual(demand, busy)
+    classes = _classes(free, set(residual))
+    gpus, unserved = _solve(residual, classes) if residual else ({}, {})
+    plans = _layout_nodes(classes, gpus)
+    gpus_needed, nodes_needed = sum(gpus.values()), len(plans)
+    if fill and plans and not unserved:
+        plans = _filled(residual, classes) or plans
+    planned = {p.node for p in plans}
+    return Plan(
+        demand=dict(sorted(demand.items())),
+        nodes=tuple(plans),
+        unserved=dict(sorted(unserved.items())),
+        kept=tuple(sorted(n.name for n in busy)),
+        idle=tuple(sorted(n.name for n in free if n.name not in planned)),
+        gpus_needed=gpus_needed,
+        nodes_needed=nodes_needed,
+    )
+
+
+def _filled(residual: Mapping[str, int], classes: Sequence[_Class]) -> list[NodePlan] | None:
+    """The largest multiple of the demand that the free GPUs still serve, laid out (None when not even 1x)."""
+    free_gpus = sum(len(c.nodes) * c.gpus for c in classes)
+    low, high = 1.0, float(free_gpus) + 1
+    best = None
+    while high - low > 0.01:
+        k = (low + high) / 2
+        gpus, unserved = _solve({r: math.ceil(n * k) for r, n in residual.items()}, classes)
+        if unserved:
+            high = k
+        else:
+            low, best = k, gpus
+    return None if best is None else _spread(_layout_nodes(classes, best), classes)
+
+
+def _spread(plans: list[NodePlan], classes: Sequence[_Class]) -> list[NodePlan]:
+    """Free nodes the filled answer left without a layout take the layout of the last planned node of their class."""
+    by_node = {p.node: p for p in plans}
+    out: list[NodePlan] = []
+    for cls in classes:
+        last: NodePlan | None = None
+        for node in cls.nodes:
+            mine = by_node.get(node.name)
+            if mine is not None:
+                last = mine
+                out.append(mine)
+            elif last is not None:
+                out.append(NodePlan(node.name, cls.model, last.per_gpu))
+    return out
