@@ -168,7 +168,7 @@ def read_forecast(path: Path) -> dict[str, int]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise PlanError(f"{path}: not YAML or JSON: {exc}") from exc
+        raise PlanError(f"{path}: not YAML or JSON: {' '.join(str(exc).split())}") from exc
     if isinstance(data, dict) and isinstance(data.get("demand"), dict):
         data = data["demand"]
     if not isinstance(data, dict) or not data:

@@ -1,0 +1,182 @@
+"""`gpupack mig-plan` end to end: on the synthetic day, on the recorded cluster, on a cluster whose labelled pods the
+webhook sizes again, with a forecast file, and with the inputs it must refuse."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from demo.cluster import NODES
+from gpupack.cli import main
+from gpupack.policy import Policy
+from migplan.demand import cluster_demand, mig_nodes
+from report.cluster import from_objects
+from simulator.day_scenario import load_scenario, replicas_at
+from tests.conftest import RECORDED, ROOT
+from webhook.demo import demo_pod
+
+DAY = ROOT / "scenarios" / "synthetic-day.yaml"
+LABEL_VALUE = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+M = "nvidia.com/mig-"
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["mig-plan", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def peak(hours: float, names: set[str]) -> int:
+    """Independent of the planner: the peak replicas of the named Deployments over the first hours, minute by minute."""
+    scenario = load_scenario(DAY)
+    workloads = [w for w in scenario.inference if w.name in names]
+    return max(sum(replicas_at(w, m / 60, 1.0) for w in workloads) for m in range(int(hours * 60)))
+
+
+def test_the_synthetic_day_plan_sizes_replicas_like_the_webhook_and_serves_the_first_hours(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_file = tmp_path / "mig.yaml"
+    code, out, _ = run(["--scenario", str(DAY), "--json", "--output", str(out_file)], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    # embeddings (4Gi) -> 1g.5gb; chat-7b (8Gi) -> 1g.10gb, the smallest with 8Gi once it is offered (it had
+    # 2g.10gb under all-balanced); rerank-13b (16Gi) -> 3g.20gb; llm-70b (40Gi) -> a whole GPU, not a 7g instance
+    assert doc["demand"] == {
+        M + "1g.10gb": peak(6, {"chat-7b"}),
+        M + "1g.5gb": peak(6, {"embeddings"}),
+        M + "3g.20gb": peak(6, {"rerank-13b"}),
+    }
+    assert doc["unserved"] == {} and doc["kept_busy"] == []
+    assert doc["gpus_needed"] <= 16 and doc["nodes_needed"] == len([n for n in doc["nodes"]])
+    config = yaml.safe_load(out_file.read_text())
+    assert config["version"] == "v1"
+    for node in doc["nodes"]:
+        assert re.fullmatch(LABEL_VALUE, node["config"])
+        assert node["config"] == "all-balanced" or node["config"] in config["mig-configs"]
+        assert sum(node["instances"].values()) == sum(sum(g.values()) for g in node["gpus"])
+
+
+def test_fill_gives_every_free_mig_node_a_layout_and_text_names_the_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(["--scenario", str(DAY), "--fill"], capsys)
+    assert code == 0
+    assert "needs " in out and "of 6 MIG nodes" in out
+    commands = re.findall(r"kubectl label node (a100-mig-\d) nvidia.com/mig.config=(\S+) --overwrite", out)
+    assert {node for node, _ in commands} == {f"a100-mig-{i}" for i in range(1, 7)}
+    assert "version: v1" in out
+
+
+def test_the_recorded_cluster_runs_gpu_pods_on_both_mig_nodes_so_nothing_is_touched(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    files = [str(RECORDED / "nodes.json"), str(RECORDED / "pods-after-scheduling.json")]
+    code, out, _ = run(["--cluster", *files, "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["kept_busy"] == ["a100-od-1", "a100-od-2"]
+    assert doc["nodes"] == [] and doc["gpus_needed"] == 0
+    # their pods ask 1x 2g.10gb and 1x 1g.5gb, which the busy nodes already offer
+    assert doc["demand"] == {M + "1g.5gb": 1, M + "2g.10gb": 1}
+    code, out, _ = run(["--cluster", *files, "--json", "--include-busy-nodes"], capsys)
+    doc = json.loads(out)
+    assert doc["kept_busy"] == [] and doc["gpus_needed"] == 1
+
+
+def _cluster_with_labelled_pods() -> dict[str, Any]:
+    pending = demo_pod("chat-1", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
+    pending["metadata"]["namespace"] = "ml"
+    pending["status"] = {"phase": "Pending"}
+    running = demo_pod("embed-1", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
+    running["spec"]["nodeName"] = "a100-mig-1"
+    running["spec"]["containers"][0]["resources"] = {"limits": {M + "1g.5gb": "1"}, "requests": {M + "1g.5gb": "1"}}
+    running["status"] = {"phase": "Running"}
+    done = demo_pod("old", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "16Gi"})
+    done["status"] = {"phase": "Succeeded"}
+    plain = demo_pod("notebook", {})
+    plain["spec"]["containers"][0]["resources"] = {"limits": {M + "3g.20gb": "1"}}
+    plain["status"] = {"phase": "Pending"}
+    items = [{**n, "kind": "Node"} for n in NODES] + [{**p, "kind": "Pod"} for p in (pending, running, done, plain)]
+    return {"kind": "List", "apiVersion": "v1", "items": items}
+
+
+def test_labelled_pods_are_sized_again_by_the_webhook_and_finished_ones_do_not_count() -> None:
+    cluster = from_objects(_cluster_with_labelled_pods()["items"])
+    policy = Policy()
+    nodes = mig_nodes(cluster, policy)
+    assert [(n.name, n.free) for n in nodes] == [("a100-mig-1", False), ("a100-mig-2", True), ("a100-mig-3", True)]
+    # the 8Gi chat pod: 1g.10gb (offered once the layout may change), not the 2g.10gb all-balanced forces;
+    # the unlabelled notebook counts what it asks (a limit is its request)
+    assert cluster_demand(cluster, policy, nodes) == {M + "1g.10gb": 1, M + "1g.5gb": 1, M + "3g.20gb": 1}
+
+
+def test_a_forecast_raises_the_demand_per_profile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps(_cluster_with_labelled_pods()))
+    forecast = tmp_path / "forecast.yaml"
+    forecast.write_text("1g.10gb: 12\nnvidia.com/mig-3g.20gb: 0\n")
+    code, out, _ = run(["--cluster", str(cluster), "--demand", str(forecast), "--json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["demand"] == {M + "1g.10gb": 12, M + "1g.5gb": 1, M + "3g.20gb": 1}
+    assert doc["kept_busy"] == ["a100-mig-1"]
+    assert all(n["node"] != "a100-mig-1" for n in doc["nodes"])
+    # the busy node's all-balanced instances serve the 1g.5gb and the 3g.20gb; 12x 1g.10gb at 4 per A100-40GB
+    assert doc["gpus_needed"] == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2g.10gb: many\n", "not a whole number of instances"),
+        ("9g.99gb: 1\n", "is not a MIG profile"),
+        ("- 1g.5gb\n", "expected a mapping"),
+        ("{1g.5gb: -2}\n", "not a whole number"),
+        ("1g.5gb: [\n", "not YAML"),
+    ],
+)
+def test_a_bad_forecast_is_one_line_naming_the_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, message: str
+) -> None:
+    forecast = tmp_path / "forecast.yaml"
+    forecast.write_text(text)
+    code, out, err = run(["--scenario", str(DAY), "--demand", str(forecast)], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("gpupack mig-plan: ") and str(forecast) in err and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_unserved_demand_exits_1_and_says_what(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    forecast = tmp_path / "forecast.yaml"
+    forecast.write_text("3g.20gb: 500\n")
+    code, out, _ = run(["--scenario", str(DAY), "--demand", str(forecast)], capsys)
+    assert code == 1
+    assert "cannot serve: " in out
+    code, out, _ = run(["--scenario", str(DAY), "--demand", str(forecast), "--json"], capsys)
+    doc = json.loads(out)
+    # 48 GPUs, 384 memory slices: 42x 1g.5gb and 14x 1g.10gb take 70, which leaves 78 3g.20gb (4 slices each)
+    # and 2 slices; or one 1g.10gb fewer and 79. Either way 134 instances are served and 422 are not.
+    assert code == 1 and doc["gpus_needed"] == 48
+    assert sum(doc["unserved"].values()) == 14 + 42 + 500 - 134
+    assert M + "1g.5gb" not in doc["unserved"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", str(DAY), "--apply"], "--apply needs a cluster"),
+        (["--cluster", str(RECORDED / "nodes.json"), "--apply"], "--apply needs a live cluster"),
+        (["--scenario", str(DAY), "--max-unavailable", "3"], "fraction"),
+    ],
+)
+def test_options_that_cannot_work_are_refused(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(argv, capsys)
+    assert code == 2 and message in err
