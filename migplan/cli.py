@@ -1,7 +1,8 @@
 """`gpupack mig-plan`: read the demand and the MIG nodes, choose the layouts, print them, and apply on request.
 
     gpupack mig-plan (--kubeconfig F | --in-cluster | --cluster FILE... | --scenario FILE) [--demand FILE]
-                     [--config POLICY] [--fill] [--include-busy-nodes] [--json] [--output FILE]
+                     [--prometheus-url URL [--window 7d] [--end TIME]] [--config POLICY] [--fill]
+                     [--include-busy-nodes] [--json] [--output FILE]
                      [--apply [--timeout S] [--max-unavailable F] [--metrics-file F] [--keep-going]]
 
 Without `--apply` nothing is changed: the plan, the mig-parted config it needs and the labels to set are printed.
@@ -41,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a forecast: MIG profile -> instances (YAML or JSON), e.g. last week's peak; raises the pods' demand",
     )
+    parser.add_argument(
+        "--prometheus-url",
+        help="a forecast from Prometheus (kube-state-metrics): the peak of MIG instances requested over --window",
+    )
+    parser.add_argument("--window", default="7d", help="with --prometheus-url: the window's length (default 7d)")
+    parser.add_argument("--end", default="now", help="with --prometheus-url: the window's end (default now)")
     parser.add_argument(
         "--demand-hours",
         type=positive_float,
@@ -121,6 +128,18 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
         nodes = [replace(n, free=True) for n in nodes]
     if args.demand is not None:
         demand = with_forecast(demand, read_forecast(args.demand))
+    if args.prometheus_url is not None:
+        from migplan.forecast import prometheus_forecast
+        from report.prometheus import PrometheusUsage
+        from report.window import duration, instant
+
+        duration(args.window)  # a bad duration is one line naming it, before any query
+        prometheus = PrometheusUsage(args.prometheus_url)
+        try:
+            demand = with_forecast(demand, prometheus_forecast(prometheus, args.window, instant(args.end)))
+        finally:
+            prometheus.close()
+        source += f", peak of {args.window} from {prometheus.shown}"
     return Inputs(demand, nodes, source)
 
 
