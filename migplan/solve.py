@@ -126,56 +126,61 @@ def _residual(demand: Mapping[str, int], busy: Sequence[MigNode]) -> dict[str, i
     return {r: n for r, n in left.items() if n > 0}
 
 
-def _solve(
-    demand: Mapping[str, int], classes: Sequence[_Class]
-) -> tuple[dict[tuple[int, Counts], int], dict[str, int]]:
-    """GPUs per (class index, layout), and the unserved instances, of the optimum."""
+Solution = tuple[dict[tuple[int, Counts], int], dict[str, int]]
+"""GPUs per (class index, layout), and the instances left unserved."""
+
+TIME_LIMIT = 20.0
+"""Seconds HiGHS may search; the program has a few dozen variables per GPU model, whatever the node count, and
+solves in milliseconds, so the limit only guards against a pathological demand (the best answer found is kept)."""
+
+
+def _solve(demand: Mapping[str, int], classes: Sequence[_Class]) -> Solution:
+    """GPUs per (class index, layout), and the unserved instances, of the optimum.
+
+    Four blocks of variables: GPUs per column (class, layout), nodes per class, unserved per resource, and a
+    binary per column saying it is used. The last adds a fourth goal below the three of the module docstring:
+    the fewest distinct layouts, so that a plan names few mig-parted configs.
+    """
     resources = sorted(demand)
     columns = [(ci, layout) for ci, cls in enumerate(classes) for layout in cls.layouts]
     n_x, n_y, n_s = len(columns), len(classes), len(resources)
-    total_gpus = sum(len(c.nodes) * c.gpus for c in classes)
-    big1 = n_y * max((len(c.nodes) for c in classes), default=0) + 1
-    big2 = big1 * (total_gpus + 1)
-    cost = np.concatenate([np.full(n_x, big1), np.ones(n_y), np.full(n_s, big2)]).astype(float)
-    rows: list[np.ndarray] = []
-    low: list[float] = []
-    high: list[float] = []
-    for ri, resource in enumerate(resources):
-        row = np.zeros(n_x + n_y + n_s)
+    size = 2 * n_x + n_y + n_s
+    x0, y0, s0, u0 = 0, n_x, n_x + n_y, n_x + n_y + n_s
+    capacity = [classes[ci].gpus * len(classes[ci].nodes) for ci, _ in columns]
+    big_nodes = n_x + 1
+    big_gpus = big_nodes * (sum(len(c.nodes) for c in classes) + 1)
+    big_unserved = big_gpus * (sum(capacity) + 1)
+    cost = np.zeros(size)
+    cost[x0:y0], cost[y0:s0], cost[s0:u0], cost[u0:] = big_gpus, big_nodes, big_unserved, 1
+    rows = np.zeros((n_s + n_y + n_x, size))
+    low = np.full(n_s + n_y + n_x, -np.inf)
+    high = np.zeros(n_s + n_y + n_x)
+    for ri, resource in enumerate(resources):  # served + unserved >= demand
         for xi, (_, layout) in enumerate(columns):
-            row[xi] = dict(layout).get(resource.removeprefix(PROFILE_PREFIX), 0)
-        row[n_x + n_y + ri] = 1
-        rows.append(row)
-        low.append(demand[resource])
-        high.append(np.inf)
-    for ci, cls in enumerate(classes):
-        row = np.zeros(n_x + n_y + n_s)
+            rows[ri, x0 + xi] = dict(layout).get(resource.removeprefix(PROFILE_PREFIX), 0)
+        rows[ri, s0 + ri] = 1
+        low[ri], high[ri] = demand[resource], np.inf
+    for ci, cls in enumerate(classes):  # GPUs of a class <= its GPUs per node x nodes used
+        row = n_s + ci
         for xi, (cj, _) in enumerate(columns):
-            if cj == ci:
-                row[xi] = 1
-        row[n_x + ci] = -cls.gpus
-        rows.append(row)
-        low.append(-np.inf)
-        high.append(0)
-    upper = np.concatenate(
-        [
-            [classes[ci].gpus * len(classes[ci].nodes) for ci, _ in columns],
-            [len(c.nodes) for c in classes],
-            [demand[r] for r in resources],
-        ]
-    ).astype(float)
+            rows[row, x0 + xi] = 1 if cj == ci else 0
+        rows[row, y0 + ci] = -cls.gpus
+    for xi in range(n_x):  # a column holds GPUs only when it is counted as used
+        row = n_s + n_y + xi
+        rows[row, x0 + xi], rows[row, u0 + xi] = 1, -capacity[xi]
+    upper = np.concatenate([capacity, [len(c.nodes) for c in classes], [demand[r] for r in resources], np.ones(n_x)])
     result = milp(
         cost,
-        constraints=LinearConstraint(np.array(rows), low, high) if rows else None,
-        integrality=np.ones(n_x + n_y + n_s),
-        bounds=Bounds(np.zeros(n_x + n_y + n_s), upper),
-        options={"time_limit": 30.0},
+        constraints=LinearConstraint(rows, low, high),
+        integrality=np.ones(size),
+        bounds=Bounds(np.zeros(size), upper.astype(float)),
+        options={"time_limit": TIME_LIMIT, "mip_rel_gap": 0.0},
     )
     if result.x is None:  # cannot happen with the slack columns; kept as a named error rather than a crash
         raise PlanError(f"the layout program found no answer: {result.message}")
     values = np.rint(result.x).astype(int)
-    gpus = {col: int(values[i]) for i, col in enumerate(columns) if values[i]}
-    unserved = {r: int(values[n_x + n_y + i]) for i, r in enumerate(resources) if values[n_x + n_y + i]}
+    gpus = {col: int(values[x0 + i]) for i, col in enumerate(columns) if values[x0 + i]}
+    unserved = {r: int(values[s0 + i]) for i, r in enumerate(resources) if values[s0 + i]}
     return gpus, unserved
 
 
