@@ -100,6 +100,12 @@ class ApplyOptions:
     """Go on to the next node after a failure (default: stop, as a cautious admin expects; the unavailable limit
     still applies, and the failed node, left cordoned, counts against it)."""
 
+    def __post_init__(self) -> None:
+        if not (self.timeout > 0 and self.allocatable_timeout >= 0 and self.poll > 0):
+            raise ValueError("timeout and poll must be above 0, allocatable_timeout at least 0")
+        if not 0 <= self.max_unavailable <= 1:
+            raise ValueError(f"max_unavailable is a fraction of the MIG nodes, 0 to 1, not {self.max_unavailable}")
+
 
 @dataclass(frozen=True, slots=True)
 class NodeResult:
@@ -395,6 +401,19 @@ class _Run:
                 "cannot create event node=%s reason=%s: %s", (node.get("metadata") or {}).get("name"), reason, exc
             )
 
+    def read(self, name: str, phase: Phase, since: float) -> dict[str, Any] | None:
+        """The node. While waiting on the MIG manager, an API error is retried every poll until that wait's own
+        timeout: giving up at the first blip would leave a node cordoned that the MIG manager configures fine."""
+        while True:
+            try:
+                return self.nodes.get_node(name)
+            except KubeCallFailed as exc:
+                patience = {"relabelled": self.options.timeout, "configured": self.options.allocatable_timeout}
+                if phase not in patience or self.clock() - since >= patience[phase]:
+                    raise
+                log.warning("cannot read node=%s while waiting, retrying: %s", name, exc)
+                self.sleep(self.options.poll)
+
     def one(self, change: Relabel) -> NodeResult:
         phase: Phase = "start"
         since = self.clock()
@@ -402,7 +421,7 @@ class _Run:
         cordoned = False
         try:
             while True:
-                found = self.nodes.get_node(change.node)
+                found = self.read(change.node, phase, since)
                 node = found or node
                 pods = self.nodes.pods_on(change.node) if found is not None and phase in ("start", "cordoned") else []
                 seen = observe(found, pods, self.clock() - since)

@@ -153,6 +153,8 @@ class FakeMigCluster:
     """Seconds from pending to success or failed."""
     allocatable_delay: float = 0.3
     """Seconds from success to the instances in allocatable, in `slow-allocatable` mode."""
+    fail_gets: dict[str, int] = field(default_factory=dict)
+    """Node name -> how many of its next GETs answer 500 (-1: all of them)."""
     on_patch: list[Any] = field(default_factory=list)
     """Callables (node name, patch) run after each PATCH is applied: a test's way to act between two requests."""
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
@@ -192,6 +194,9 @@ class FakeMigCluster:
     async def get_node(self, request: web.Request) -> web.Response:
         await self._record(request)
         name = request.match_info["name"]
+        if self.fail_gets.get(name, 0):
+            self.fail_gets[name] -= 1
+            return status(500, "InternalError", "Internal error occurred: etcdserver: leader changed", name)
         if name not in self.nodes:
             return status(404, "NotFound", f'nodes "{name}" not found', name)
         call = self.calls[-1]

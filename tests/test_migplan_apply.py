@@ -451,6 +451,34 @@ async def test_a_conflict_on_a_patch_is_retried(cluster: Cluster) -> None:
     assert sum(c.method == "PATCH" for c in cluster.fake.calls) == 4  # 409, cordon, relabel, uncordon
 
 
+@pytest.mark.parametrize(("failing_reads", "outcome"), [(3, "applied"), (-1, "api-error")])
+async def test_reads_failing_while_waiting_are_retried_until_the_timeout(
+    cluster: Cluster, failing_reads: int, outcome: str
+) -> None:
+    cluster.add("n1")
+
+    def flaky(node: str, patch: dict[str, Any]) -> None:
+        if CONFIG in str(patch):
+            cluster.fake.fail_gets[node] = failing_reads
+
+    cluster.fake.on_patch.append(flaky)
+    report = await cluster.apply([change()], ApplyOptions(timeout=0.5, allocatable_timeout=0.5, poll=0.02))
+    (result,) = report.results
+    assert result.outcome == outcome, result.message
+    if outcome == "api-error":
+        assert "HTTP 500" in result.message and "left cordoned" in result.message
+        assert cordoned(cluster.node("n1"))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"poll": 0.0}, {"timeout": -1.0}, {"max_unavailable": 1.5}, {"max_unavailable": -0.1}],
+)
+def test_options_out_of_range_are_refused(options: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ApplyOptions(**options)  # type: ignore[arg-type]
+
+
 async def test_a_node_deleted_while_reconfiguring_is_vanished(cluster: Cluster) -> None:
     cluster.add("n1", mode="vanishes")
     report = await cluster.apply([change()])
