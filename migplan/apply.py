@@ -88,6 +88,8 @@ class Relabel:
 
 @dataclass(frozen=True, slots=True)
 class ApplyOptions:
+    """How patient and how cautious one run is."""
+
     timeout: float = 900.0
     """Seconds to wait for state=success after the relabel (reconfiguration reboots the node on some clouds)."""
     allocatable_timeout: float = 120.0
@@ -109,6 +111,8 @@ class ApplyOptions:
 
 @dataclass(frozen=True, slots=True)
 class NodeResult:
+    """How one change ended, and why in words (for the command's output)."""
+
     node: str
     config: str
     outcome: Outcome
@@ -121,6 +125,8 @@ class NodeResult:
 
 @dataclass(frozen=True, slots=True)
 class ApplyReport:
+    """One result per change, in the plan's order."""
+
     results: tuple[NodeResult, ...]
 
     @property
@@ -229,6 +235,8 @@ uncordon, Normal Event, applied; fail: leave it cordoned, Warning Event, metric,
 
 @dataclass(frozen=True, slots=True)
 class Step:
+    """What `decide` says to do next; `outcome` and `message` are set for the steps that end a node."""
+
     action: Action
     outcome: Outcome | None = None
     message: str = ""
@@ -240,7 +248,20 @@ def unavailable_limit(max_unavailable: float, mig_nodes: int) -> int:
 
 
 def decide(change: Relabel, phase: Phase, seen: Observation, options: ApplyOptions) -> Step:
-    """The next step for `change`, given the phase reached and what the last reads showed. Pure."""
+    """The next step for `change`, given the phase reached and what the last reads showed. Pure.
+
+    Why each check is there:
+    - GPU pods (not Succeeded/Failed) skip the node: the MIG manager does not evict them, and reconfiguring under
+      them fails or kills their work. They are checked again once cordoned, since a pod can bind between the
+      first check and the cordon; the node is then uncordoned (gpupack cordoned it) and skipped.
+    - A node cordoned by someone else is skipped: uncordoning it at the end would undo an admin's decision.
+    - The cordon keeps new GPU pods off while the GPUs are torn down; at most `max_unavailable` of the MIG nodes
+      may be unschedulable at once, counting every cordon, so a run never takes too much capacity away.
+    - Only `success` written after the relabel counts (see `relabel_patch`); an absent state is still pending, and
+      `timeout` bounds the wait because the MIG manager can stay `pending` forever.
+    - `success` is not enough: the node is uncordoned only once allocatable shows the planned instances, because
+      the MIG manager can report success with none created.
+    """
     if not seen.exists:
         return Step("fail" if phase != "start" else "skip", "vanished", f"node {change.node} no longer exists")
     if phase == "start":
@@ -460,7 +481,7 @@ class _Run:
             self.event(node, "Normal", "MigReconfigured", f"gpupack set {CONFIG_LABEL}={change.config}: {message}")
             log.info("applied node=%s config=%s: %s", change.node, change.config, message)
         elif outcome in FAILURES:
-            left = "left cordoned" if cordoned else "not cordoned"
+            left = "the node is gone" if outcome == "vanished" else "left cordoned" if cordoned else "not cordoned"
             message = f"{message}; {left}"
             self.metrics.failures.labels(reason=outcome).inc()
             if outcome != "vanished":

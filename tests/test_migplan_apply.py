@@ -483,8 +483,9 @@ async def test_a_node_deleted_while_reconfiguring_is_vanished(cluster: Cluster) 
     cluster.add("n1", mode="vanishes")
     report = await cluster.apply([change()])
     (result,) = report.results
-    assert result.outcome == "vanished" and "n1" in result.message
+    assert result.outcome == "vanished" and "n1" in result.message and "the node is gone" in result.message
     assert cluster.failures("vanished") == 1.0
+    assert cluster.fake.events == []  # nothing left to describe
 
 
 async def test_a_node_missing_from_the_start_is_vanished_and_untouched(cluster: Cluster) -> None:
