@@ -344,3 +344,95 @@ class RawListWatch:
                 raise ResourceExpired(410, str(exc.reason)) from exc
             raise
         return RawWatch(response)
+
+
+# nodes for `gpupack mig-plan --apply` --------------------------------------------------------------------------
+
+MERGE_PATCH = "application/merge-patch+json"
+"""RFC 7386: a `null` value removes a key (a label), which is how the MIG state label is cleared."""
+
+
+class KubeCallFailed(Exception):
+    """A call to the API server failed: `status` is the HTTP status, or None when no answer came (connection
+    refused, timed out, TLS); `reason` is the Status message or the socket's error, short enough for a log line."""
+
+    def __init__(self, call: str, status: int | None, reason: str) -> None:
+        super().__init__(f"{call}: {'HTTP ' + str(status) if status else 'no answer'}: {reason}")
+        self.call = call
+        self.status = status
+        self.reason = reason
+
+
+def _call_failed(call: str, exc: Exception) -> KubeCallFailed:
+    if isinstance(exc, ApiException):
+        message = str(exc.reason or "")
+        with suppress(Exception):
+            status = orjson.loads(exc.body or b"")
+            message = str(status.get("message") or message)
+        return KubeCallFailed(call, int(exc.status) if exc.status else None, message[:300])
+    return KubeCallFailed(call, None, str(_unreadable(exc)))
+
+
+class KubeNodeOps:
+    """The few node, pod and event calls `mig-plan --apply` makes, raw JSON in and out; blocking.
+
+    Every method raises `KubeCallFailed` for an error answer or no answer, except `get_node`, which answers
+    None for a node that does not exist (HTTP 404): a node deleted while it is being reconfigured is an outcome,
+    not an error.
+    """
+
+    def __init__(self, api: client.ApiClient, request_timeout: float = REQUEST_TIMEOUT) -> None:
+        self._core = client.CoreV1Api(api)
+        self._request_timeout = request_timeout
+
+    def _raw(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = call(*args, _preload_content=False, _request_timeout=self._request_timeout, **kwargs)
+            return orjson.loads(response.data)
+        except Exception as exc:
+            raise _call_failed(what, exc) from exc
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """The node's JSON, or None when it does not exist."""
+        try:
+            node: dict[str, Any] = self._raw(f"GET node {name}", self._core.read_node, name)
+        except KubeCallFailed as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return node
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node (paginated)."""
+        try:
+            return [
+                item
+                for page, _ in list_pages(self._core.list_node, request_timeout=self._request_timeout)
+                for item in page
+            ]
+        except Exception as exc:
+            raise _call_failed("LIST nodes", exc) from exc
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to `node`, in every namespace (field selector `spec.nodeName`)."""
+        try:
+            pages = list_pages(
+                lambda **kw: self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kw),
+                request_timeout=self._request_timeout,
+            )
+            return [item for page, _ in pages for item in page]
+        except Exception as exc:
+            raise _call_failed(f"LIST pods on {node}", exc) from exc
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Apply a JSON merge patch to the node; its new JSON."""
+        node: dict[str, Any] = self._raw(
+            f"PATCH node {name}", self._core.patch_node, name, patch, _content_type=MERGE_PATCH
+        )
+        return node
+
+    def create_event(self, event: dict[str, Any]) -> None:
+        """Create a core/v1 Event in the namespace its metadata names."""
+        namespace = str((event.get("metadata") or {}).get("namespace") or "default")
+        body = client.CoreV1Event.from_dict(event)  # this method's body is typed: a dict is not accepted
+        self._raw(f"POST event in {namespace}", self._core.create_namespaced_event, namespace, body)
