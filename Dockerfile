@@ -10,6 +10,7 @@ COPY demo ./demo
 COPY simulator ./simulator
 COPY report ./report
 COPY monitoring ./monitoring
+COPY migplan ./migplan
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

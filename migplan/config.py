@@ -17,9 +17,6 @@ from migplan.geometry import Counts
 from migplan.solve import NodePlan, Plan
 from migplan.stock import DISABLED, stock_name
 
-LABEL = "nvidia.com/mig.config"
-STATE_LABEL = "nvidia.com/mig.config.state"
-
 
 def config_name(plan: NodePlan) -> str:
     """The mig-parted config name (a label value: at most 63 characters) for the node's layout."""

@@ -21,47 +21,19 @@ from typing import Any
 import yaml
 
 from extender.demand import DemandError, pod_requests
-from extender.inventory import LABEL_MIG_CONFIG, node_from_json
+from extender.inventory import node_from_json
 from gpupack import contract
 from gpupack.gpus import CATALOG
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy
+from migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
 from migplan.solve import PROFILE_PREFIX, MigNode, PlanError, resource_of
 from report.cluster import FINISHED, Cluster, labels_of
 from webhook.mutate import MutationContext, plan
 from webhook.patches import apply_patch
 
-LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
 GPU_PREFIX = "nvidia.com/"
 MAX_DEMAND_BYTES = 1024 * 1024
-
-
-def is_mig_node(node: Mapping[str, Any]) -> bool:
-    """GFD says the GPUs are MIG-capable, the MIG manager has a layout label on it, or it advertises MIG."""
-    labels = labels_of(node)
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return (
-        labels.get(LABEL_MIG_CAPABLE) == "true"
-        or LABEL_MIG_CONFIG in labels
-        or any(str(r).startswith(PROFILE_PREFIX) for r in allocatable)
-    )
-
-
-def _uses_gpus(pod: Mapping[str, Any]) -> bool:
-    try:
-        requests = pod_requests(pod.get("spec") or {})
-    except DemandError:
-        return True  # unreadable: assume the worst, the node stays as it is
-    limits = [
-        r
-        for c in [
-            *((pod.get("spec") or {}).get("containers") or []),
-            *((pod.get("spec") or {}).get("initContainers") or []),
-        ]
-        if isinstance(c, dict)
-        for r in ((c.get("resources") or {}).get("limits") or {})
-    ]
-    return any(str(r).startswith(GPU_PREFIX) for r in [*requests, *limits])
 
 
 def mig_nodes(cluster: Cluster, policy: Policy) -> list[MigNode]:
@@ -76,7 +48,7 @@ def mig_nodes(cluster: Cluster, policy: Policy) -> list[MigNode]:
             continue
         if record.gpu_model not in CATALOG or record.gpu_count < 1:
             continue
-        busy = any(_uses_gpus(p) for p in cluster.pods_on(record.name))
+        busy = any(uses_gpus(p) for p in cluster.pods_on(record.name))
         offered = {r: n for r, n in record.allocatable.items() if r.startswith(PROFILE_PREFIX) and n > 0}
         out.append(
             MigNode(
@@ -84,7 +56,7 @@ def mig_nodes(cluster: Cluster, policy: Policy) -> list[MigNode]:
                 record.gpu_model,
                 record.gpu_count,
                 not busy,
-                labels_of(node).get(LABEL_MIG_CONFIG),
+                labels_of(node).get(CONFIG_LABEL),
                 offered,
             )
         )

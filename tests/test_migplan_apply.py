@@ -15,22 +15,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.net import free_port
 from gpupack.kube import KubeNodeOps, api_client
-from migplan.apply import (
+from migplan.apply import ApplyMetrics, ApplyReport, NodeOps, apply_plan, write_metrics
+from migplan.apply_steps import (
     ANNOTATION,
-    ApplyMetrics,
     ApplyOptions,
-    ApplyReport,
-    NodeOps,
     Observation,
     Relabel,
-    apply_plan,
     decide,
     observe,
     relabel_patch,
     unavailable_limit,
-    uses_gpus,
-    write_metrics,
 )
+from migplan.nodes import uses_gpus
 from tests.mig_manager_kit import CONFIG, STATE, FakeMigCluster, Mode, gpu_pod, merge, mig_node, write_kubeconfig
 
 ONE_G = "nvidia.com/mig-1g.5gb"
