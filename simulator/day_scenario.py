@@ -50,7 +50,8 @@ class NodeGroup(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
     count: int = Field(ge=0, le=1000)
     gpu: GpuKind
-    """a100-mig: A100-40GB in the `all-balanced` MIG layout; h100: whole H100s; t4: T4s time-sliced."""
+    """a100-mig: A100-40GB in a MIG layout (`migLayout`, default `all-balanced`); h100: whole H100s; t4: T4s
+    time-sliced."""
     gpus: int | None = Field(default=None, ge=1, le=8)
     """GPUs per node (default 8 for A100 and H100, 4 for T4)."""
     replicas: int | None = Field(default=None, ge=2, le=64)
