@@ -44,6 +44,7 @@ from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy, ScoringPolicy
 from simulator.day_cluster import (
     JobArrival,
+    NodeLayoutSpec,
     ReplicaDraws,
     cluster_nodes,
     job_arrivals,
@@ -95,12 +96,12 @@ class _Day:
     run without gpupack reads it in `spread` scoring, the LeastAllocated it scores with.
     """
 
-    def __init__(self, scenario: Scenario, run: Run) -> None:
+    def __init__(self, scenario: Scenario, run: Run, layouts: Mapping[str, NodeLayoutSpec] | None = None) -> None:
         self.scenario = scenario
         self.run_name = run
         self.with_gpupack = run != WITHOUT
         self.policy = day_policy(scenario, "spread" if run == "none" else run)  # (WITHOUT, spelled for mypy)
-        nodes = cluster_nodes(scenario, partitioned=self.with_gpupack)
+        nodes = cluster_nodes(scenario, partitioned=self.with_gpupack, layouts=layouts)
         self.placement = Placement(
             nodes,
             self.policy,
@@ -230,10 +231,11 @@ class _Day:
         return self.meter.result(self.run_name)
 
 
-def run_day(scenario: Scenario, run: Run) -> DayResult:
+def run_day(scenario: Scenario, run: Run, layouts: Mapping[str, NodeLayoutSpec] | None = None) -> DayResult:
     """Simulate the scenario's day without gpupack (`none`) or under one extender scoring policy; deterministic
-    given the scenario's seed."""
-    return _Day(scenario, run).run()
+    given the scenario's seed. `layouts` gives MIG nodes other layouts than their groups' (`cluster_nodes`), the
+    webhook sizing pods among the profiles the nodes then advertise; the run without gpupack has no MIG."""
+    return _Day(scenario, run, layouts).run()
 
 
 def run_all(scenario: Scenario, runs: tuple[Run, ...] = RUNS) -> dict[str, DayResult]:

@@ -10,6 +10,9 @@ Every random draw is made here, up front, from the scenario's seed and independe
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +20,90 @@ import numpy as np
 
 from demo.cluster import A100, H100, SPOT, T4
 from gpupack import contract
-from simulator.day_scenario import Inference, Jobs, NodeGroup, Scenario, Spread
+from migplan.geometry import Counts, LayoutError, check, counts_of
+from migplan.stock import STOCK, stock_name
+from simulator.day_scenario import (
+    DEFAULT_MIG_LAYOUT,
+    LABEL_VALUE,
+    MIG_MODEL,
+    Inference,
+    Jobs,
+    NodeGroup,
+    Scenario,
+    ScenarioError,
+    Spread,
+)
 from webhook.demo import demo_pod
 
-MIG_PER_GPU = {"nvidia.com/mig-1g.5gb": 2, "nvidia.com/mig-2g.10gb": 1, "nvidia.com/mig-3g.20gb": 1}
-"""The `all-balanced` layout of an A100-40GB: instances of each profile on one GPU."""
+MIG_PER_GPU = {contract.mig_resource(name): n for name, n in STOCK[DEFAULT_MIG_LAYOUT][MIG_MODEL]}
+"""The default (`all-balanced`) layout of an A100-40GB: 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb per GPU."""
 DEFAULT_REPLICAS = 4
+LABEL_VALUE_RE = re.compile(LABEL_VALUE)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    """The MIG layout of one node: its `nvidia.com/mig.config` name and the instances of each of its GPUs.
+
+    What a MIG manager applies from one mig-parted config entry, and what a planner whose layouts differ by node
+    hands the day (`cluster_nodes(layouts=...)`) without writing a scenario per node.
+    """
+
+    config: str
+    gpus: tuple[Counts, ...]
+
+    def allocatable(self) -> dict[str, int]:
+        """`nvidia.com/mig-<profile>` -> instances summed over the GPUs, as the device plugin's mixed strategy
+        advertises them."""
+        out: dict[str, int] = {}
+        for counts in self.gpus:
+            for name, n in counts:
+                resource = contract.mig_resource(name)
+                out[resource] = out.get(resource, 0) + n
+        return dict(sorted(out.items()))
+
+
+NodeLayoutSpec = NodeLayout | tuple[str, tuple[Counts, ...]]
+"""A node's layout as a NodeLayout or as its plain (config name, per-GPU counts) pair."""
+
+
+def layout_name(gpus: tuple[Counts, ...]) -> str:
+    """The `nvidia.com/mig.config` value of an unnamed layout: its stock name when every GPU holds one stock
+    layout, else `custom-` and a digest of the instances (a label value has at most 63 characters, too few to
+    spell eight GPUs' layouts)."""
+    stock = stock_name(MIG_MODEL, dict(enumerate(gpus)), len(gpus))
+    if stock is not None:
+        return stock
+    return "custom-" + hashlib.sha256(repr(gpus).encode()).hexdigest()[:12]
+
+
+def group_layout(group: NodeGroup) -> NodeLayout:
+    """The MIG layout of each node of an a100-mig group (`migLayout`, `all-balanced` when absent)."""
+    spec = group.mig_layout if group.mig_layout is not None else DEFAULT_MIG_LAYOUT
+    if isinstance(spec, str):
+        return NodeLayout(spec, (STOCK[spec][MIG_MODEL],) * group.gpus_per_node)
+    gpus = tuple(counts_of(c) for c in spec)
+    return NodeLayout(group.mig_config or layout_name(gpus), gpus)
+
+
+def node_layout(node: str, group: NodeGroup, spec: NodeLayoutSpec) -> NodeLayout:
+    """A per-node override checked like a scenario's `migLayout`: an a100-mig node, one legal layout per GPU and
+    a label value for a name. Raises ScenarioError naming the node and the reason."""
+    layout = spec if isinstance(spec, NodeLayout) else NodeLayout(spec[0], tuple(spec[1]))
+    if group.gpu != "a100-mig":
+        raise ScenarioError(f"layouts: {node} is a {group.gpu} node; MIG layouts apply to a100-mig nodes")
+    if len(layout.gpus) != group.gpus_per_node:
+        raise ScenarioError(f"layouts: {node} has {group.gpus_per_node} GPUs, the layout lists {len(layout.gpus)}")
+    if not LABEL_VALUE_RE.fullmatch(layout.config) or len(layout.config) > 63:
+        raise ScenarioError(
+            f"layouts: {node}: {layout.config!r} is not a label value (63 characters of [A-Za-z0-9._-])"
+        )
+    for index, counts in enumerate(layout.gpus):
+        try:
+            check(MIG_MODEL, dict(counts))
+        except LayoutError as exc:
+            raise ScenarioError(f"layouts: {node} GPU {index}: {exc}") from exc
+    return NodeLayout(layout.config, tuple(counts_of(dict(c)) for c in layout.gpus))
 
 
 PARTITIONING_LABELS = (
@@ -34,8 +115,10 @@ PARTITIONING_LABELS = (
 """The labels GPU Feature Discovery writes only on a node whose GPUs are partitioned (MIG) or time-sliced."""
 
 
-def group_resources(group: NodeGroup, *, partitioned: bool = True) -> tuple[dict[str, str], dict[str, int]]:
-    """GFD labels and GPU allocatable of one node of the group.
+def group_resources(
+    group: NodeGroup, *, partitioned: bool = True, layout: NodeLayout | None = None
+) -> tuple[dict[str, str], dict[str, int]]:
+    """GFD labels and GPU allocatable of one node of the group; `layout` replaces an a100-mig group's own.
 
     `partitioned=False` is the same machine in a cluster without gpupack, where nobody partitions GPUs that no
     pod asks slices of: MIG off and no time-slicing config, so the device plugin advertises whole
@@ -48,7 +131,9 @@ def group_resources(group: NodeGroup, *, partitioned: bool = True) -> tuple[dict
         labels["nvidia.com/gpu.product"] = labels["nvidia.com/gpu.product"].removesuffix("-SHARED")
         return {**labels, "nvidia.com/gpu.count": str(gpus)}, {contract.RESOURCE_GPU: gpus}
     if group.gpu == "a100-mig":
-        return {**A100, "nvidia.com/gpu.count": str(gpus)}, {r: n * gpus for r, n in MIG_PER_GPU.items()}
+        mig = layout or group_layout(group)
+        labels = {**A100, "nvidia.com/gpu.count": str(gpus), "nvidia.com/mig.config": mig.config}
+        return labels, mig.allocatable()
     if group.gpu == "h100":
         return {**H100, "nvidia.com/gpu.count": str(gpus)}, {contract.RESOURCE_GPU: gpus}
     replicas = group.replicas or DEFAULT_REPLICAS
@@ -56,10 +141,12 @@ def group_resources(group: NodeGroup, *, partitioned: bool = True) -> tuple[dict
     return labels, {contract.RESOURCE_GPU_SHARED: gpus * replicas}
 
 
-def node_json(name: str, group: NodeGroup, *, partitioned: bool = True) -> dict[str, Any]:
+def node_json(
+    name: str, group: NodeGroup, *, partitioned: bool = True, layout: NodeLayout | None = None
+) -> dict[str, Any]:
     """A Node object of the group (spot nodes labelled and tainted like the demo's: the cloud's spot pools
-    are tainted with or without gpupack)."""
-    labels, gpus = group_resources(group, partitioned=partitioned)
+    are tainted with or without gpupack); `layout` replaces an a100-mig group's MIG layout."""
+    labels, gpus = group_resources(group, partitioned=partitioned, layout=layout)
     allocatable = {
         "cpu": str(group.cpu),
         "memory": f"{group.memory_gi}Gi",
@@ -75,14 +162,33 @@ def node_json(name: str, group: NodeGroup, *, partitioned: bool = True) -> dict[
     }
 
 
-def cluster_nodes(scenario: Scenario, *, partitioned: bool = True) -> list[dict[str, Any]]:
-    """Every node of the scenario at its scale, in group order; `partitioned=False` as a cluster without
-    gpupack sets them up (`group_resources`)."""
+def node_names(scenario: Scenario) -> list[tuple[str, NodeGroup]]:
+    """Every node's name and group at the scenario's scale, in group order."""
     return [
-        node_json(f"{group.name}-{i}", group, partitioned=partitioned)
+        (f"{group.name}-{i}", group)
         for group in scenario.nodes
         for i in range(1, scenario.scaled_count(group.count) + 1)
     ]
+
+
+def cluster_nodes(
+    scenario: Scenario, *, partitioned: bool = True, layouts: Mapping[str, NodeLayoutSpec] | None = None
+) -> list[dict[str, Any]]:
+    """Every node of the scenario at its scale, in group order; `partitioned=False` as a cluster without
+    gpupack sets them up (`group_resources`), which has no MIG, so `layouts` is then ignored.
+
+    `layouts` maps node names to MIG layouts that replace their groups' (a planner's layouts differ by node);
+    raises ScenarioError for a name that is no node of the scenario, or a layout `node_layout` refuses.
+    """
+    named = node_names(scenario)
+    overrides: dict[str, NodeLayout] = {}
+    if layouts and partitioned:
+        groups = dict(named)
+        unknown = sorted(set(layouts) - groups.keys())
+        if unknown:
+            raise ScenarioError(f"layouts: no node {', '.join(unknown)} in scenario {scenario.name}")
+        overrides = {node: node_layout(node, groups[node], spec) for node, spec in layouts.items()}
+    return [node_json(name, group, partitioned=partitioned, layout=overrides.get(name)) for name, group in named]
 
 
 def _pod(name: str, namespace: str, labels: dict[str, str], owner_kind: str, owner: str) -> dict[str, Any]:

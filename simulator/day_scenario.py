@@ -19,6 +19,8 @@ from gpupack import yamldoc
 from gpupack.policy import Policy, Sharing
 from gpupack.quantity import QuantityError, parse_quantity
 from gpupack.validation import DOCUMENT_CONFIG, describe
+from migplan.geometry import LayoutError, check
+from migplan.stock import stock_for
 
 GpuKind = Literal["a100-mig", "h100", "t4"]
 DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}
@@ -26,6 +28,11 @@ DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}
 
 NAMESPACE = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 """A Kubernetes namespace name (an RFC 1123 label)."""
+MIG_MODEL = "A100-40GB"
+"""The catalog model of an `a100-mig` group's GPUs: what its MIG layouts are checked against."""
+DEFAULT_MIG_LAYOUT = "all-balanced"
+LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+"""A Kubernetes label value: at most 63 characters, alphanumeric at both ends, `-_.` inside."""
 
 
 class ScenarioError(ValueError):
@@ -43,13 +50,19 @@ class NodeGroup(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
     count: int = Field(ge=0, le=1000)
     gpu: GpuKind
-    """a100-mig: A100-40GB in the `all-balanced` MIG layout; h100: whole H100s; t4: T4s time-sliced."""
+    """a100-mig: A100-40GB in a MIG layout (`migLayout`, default `all-balanced`); h100: whole H100s; t4: T4s
+    time-sliced."""
     gpus: int | None = Field(default=None, ge=1, le=8)
     """GPUs per node (default 8 for A100 and H100, 4 for T4)."""
     replicas: int | None = Field(default=None, ge=2, le=64)
     """Time-sliced replicas per GPU (t4 only; default 4)."""
-    mig_layout: Literal["all-balanced"] | None = None
-    """MIG layout (a100-mig only): per GPU 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb."""
+    mig_layout: str | list[dict[str, int]] | None = None
+    """MIG layout (a100-mig only): a mig-parted stock name that applies to the A100-40GB (default `all-balanced`:
+    per GPU 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb), or one `{profile: count}` per GPU of the node, each a set of
+    instances one GPU can hold (`migplan.geometry.check`): what a planner's custom mig-parted config creates."""
+    mig_config: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE)
+    """The `nvidia.com/mig.config` label of an explicit `migLayout` list (the custom config's name); absent: the
+    stock name the list amounts to, else one generated from its content."""
     spot: bool = False
     """Labelled and tainted `node-type=spot` (the policy's default spot label and taint)."""
     cpu: int = Field(default=94, ge=1)
@@ -61,7 +74,30 @@ class NodeGroup(_Model):
             raise ValueError(f"replicas applies to t4 (time-sliced) groups, not {self.gpu}")
         if self.mig_layout is not None and self.gpu != "a100-mig":
             raise ValueError(f"migLayout applies to a100-mig groups, not {self.gpu}")
+        if self.mig_config is not None and not isinstance(self.mig_layout, list):
+            raise ValueError("migConfig names an explicit migLayout list; a stock layout is named by migLayout")
+        if isinstance(self.mig_layout, list) and len(self.mig_layout) != self.gpus_per_node:
+            raise ValueError(
+                f"migLayout lists {len(self.mig_layout)} GPU layouts for {self.gpus_per_node} GPUs per node"
+            )
         return self
+
+    @field_validator("mig_layout")
+    @classmethod
+    def _layout(cls, value: str | list[dict[str, int]] | None) -> str | list[dict[str, int]] | None:
+        # Checked against the geometry here, so an impossible layout is a scenario error naming the GPU, not a
+        # node that advertises instances no A100 can hold.
+        if isinstance(value, str):
+            known = stock_for(MIG_MODEL)
+            if value not in known:
+                raise ValueError(f"{value!r} is not a stock layout of the {MIG_MODEL}; known: {', '.join(known)}")
+        elif value is not None:
+            for index, counts in enumerate(value):
+                try:
+                    check(MIG_MODEL, counts)
+                except LayoutError as exc:
+                    raise ValueError(f"GPU {index}: {exc}") from exc
+        return value
 
     @property
     def gpus_per_node(self) -> int:
