@@ -21,7 +21,6 @@ pods ask for instead of a fixed `all-balanced` mix.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -220,7 +219,7 @@ def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = Fa
     plans = _layout_nodes(classes, gpus)
     gpus_needed, nodes_needed = sum(gpus.values()), len(plans)
     if fill and plans and not unserved:
-        plans = _filled(residual, classes) or plans
+        plans = _filled(residual, classes, plans)
     planned = {p.node for p in plans}
     return Plan(
         demand=dict(sorted(demand.items())),
@@ -233,32 +232,74 @@ def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = Fa
     )
 
 
-def _filled(residual: Mapping[str, int], classes: Sequence[_Class]) -> list[NodePlan] | None:
-    """The largest multiple of the demand that the free GPUs still serve, laid out (None when not even 1x)."""
-    free_gpus = sum(len(c.nodes) * c.gpus for c in classes)
-    low, high = 1.0, float(free_gpus) + 1
-    best = None
-    while high - low > 0.01:
-        k = (low + high) / 2
-        gpus, unserved = _solve({r: math.ceil(n * k) for r, n in residual.items()}, classes)
-        if unserved:
-            high = k
-        else:
-            low, best = k, gpus
-    return None if best is None else _spread(_layout_nodes(classes, best), classes)
+def _filled(residual: Mapping[str, int], classes: Sequence[_Class], needed: list[NodePlan]) -> list[NodePlan]:
+    """Every free node of a class in the class's mix layout (`_node_mix`) when that serves the demand; else the
+    needed nodes as planned and the others in the mix layout."""
+    mixes = {ci: _node_mix(residual, cls) for ci, cls in enumerate(classes)}
+    uniform = [
+        NodePlan(node.name, cls.model, mix)
+        for ci, cls in enumerate(classes)
+        if (mix := mixes[ci]) is not None
+        for node in cls.nodes
+    ]
+    served: Counter[str] = Counter()
+    for plan_ in uniform:
+        served.update(plan_.instances)
+    if all(served[r] >= n for r, n in residual.items()):
+        return uniform
+    taken = {p.node for p in needed}
+    return needed + [p for p in uniform if p.node not in taken]
 
 
-def _spread(plans: list[NodePlan], classes: Sequence[_Class]) -> list[NodePlan]:
-    """Free nodes the filled answer left without a layout take the layout of the last planned node of their class."""
-    by_node = {p.node: p for p in plans}
-    out: list[NodePlan] = []
-    for cls in classes:
-        last: NodePlan | None = None
-        for node in cls.nodes:
-            mine = by_node.get(node.name)
-            if mine is not None:
-                last = mine
-                out.append(mine)
-            elif last is not None:
-                out.append(NodePlan(node.name, cls.model, last.per_gpu))
-    return out
+def _node_mix(residual: Mapping[str, int], cls: _Class) -> tuple[Counts, ...] | None:
+    """One node's GPUs laid out to hold the most copies of the demand's mix (of the profiles the model has), and
+    among those the fewest distinct layouts; None when the class serves none of the demand.
+
+    Every node the same: as load grows the pods fill nodes in the demand's proportions, so the fewest nodes are
+    in use at any hour and the rest stay empty for the autoscaler; and one mig-parted config serves them all.
+    Two small programs: the largest ratio t with every resource given at least t times its demand, then the
+    fewest layouts keeping t.
+    """
+    resources = [
+        r for r in sorted(residual) if any(dict(layout).get(r.removeprefix(PROFILE_PREFIX)) for layout in cls.layouts)
+    ]
+    if not resources:
+        return None
+    layouts = list(cls.layouts)
+    n = len(layouts)
+    gives = np.array([[dict(layout).get(r.removeprefix(PROFILE_PREFIX), 0) for layout in layouts] for r in resources])
+    wants = np.array([residual[r] for r in resources], dtype=float)
+    # variables: GPUs per layout (n), t, used per layout (n)
+    rows = np.zeros((len(resources) + 1 + n, 2 * n + 1))
+    rows[: len(resources), :n] = gives
+    rows[: len(resources), n] = -wants
+    rows[len(resources), :n] = 1
+    for li in range(n):
+        rows[len(resources) + 1 + li, li], rows[len(resources) + 1 + li, n + 1 + li] = 1, -cls.gpus
+    low = np.concatenate([np.zeros(len(resources)), [cls.gpus], np.full(n, -np.inf)])
+    high = np.concatenate([np.full(len(resources), np.inf), [cls.gpus], np.zeros(n)])
+    integrality = np.concatenate([np.ones(n), [0], np.ones(n)])
+    upper = np.concatenate([np.full(n, cls.gpus), [np.inf], np.ones(n)])
+    options = {"time_limit": TIME_LIMIT}
+    first = milp(
+        np.concatenate([np.zeros(n), [-1.0], np.zeros(n)]),
+        constraints=LinearConstraint(rows, low, high),
+        integrality=integrality,
+        bounds=Bounds(np.zeros(2 * n + 1), upper),
+        options=options,
+    )
+    if first.x is None:
+        return None
+    best = float(first.x[n])
+    floor = np.zeros(2 * n + 1)
+    floor[n] = best * (1 - 1e-9)
+    second = milp(
+        np.concatenate([np.zeros(n + 1), np.ones(n)]),
+        constraints=LinearConstraint(rows, low, high),
+        integrality=integrality,
+        bounds=Bounds(floor, upper),
+        options=options,
+    )
+    x = second.x if second.x is not None else first.x
+    counts = np.rint(x[:n]).astype(int)
+    return tuple(layout for layout, k in zip(layouts, counts, strict=True) for _ in range(int(k)))

@@ -26,6 +26,7 @@ from demo.report import gpus_in_use
 from extender.demand import PodDemand
 from extender.inventory import NodeRecord
 from extender.state import ClusterState
+from gpupack.contract import RESOURCE_MIG_PREFIX as MIG_PREFIX
 from simulator.day_scenario import Scenario
 
 
@@ -82,6 +83,8 @@ class DayResult:
     spot_gpus_in_use: tuple[int, ...]
     pending: tuple[int, ...]
     empty_stretches: tuple[EmptyStretch, ...]
+    mig_nodes: tuple[int, ...] = ()
+    """MIG nodes with a GPU in use, per step: the part of `gpu_nodes` a MIG layout decides."""
     pending_minutes_by_class: Mapping[str, float] = field(default_factory=dict)
     pods_created: int = 0
     pods_denied: int = 0
@@ -113,6 +116,8 @@ class DayResult:
             "peak_gpus_in_use": max(self.gpus_in_use, default=0),
             "gpu_nodes_peak": max(self.gpu_nodes, default=0),
             "gpu_nodes_mean": round(sum(self.gpu_nodes) / max(len(self.gpu_nodes), 1), 2),
+            "mig_nodes_peak": max(self.mig_nodes, default=0),
+            "mig_nodes_mean": round(sum(self.mig_nodes) / max(len(self.mig_nodes), 1), 2),
             "removable_nodes": len({s.node for s in self.empty_stretches}),
             "scale_downs": len(self.empty_stretches),
             "removable_node_hours": round(removable, 1),
@@ -142,6 +147,7 @@ class Meter:
         self.in_use: list[int] = []
         self.busy: list[float] = []
         self.nodes: list[int] = []
+        self.mig: list[int] = []
         self.spot: list[int] = []
         self.pending: list[int] = []
         self.pending_minutes: dict[str, float] = {}
@@ -150,12 +156,13 @@ class Meter:
 
     def record(self, step: int, state: ClusterState, work: Mapping[str, float], pending: Iterable[SimPod]) -> None:
         """The state after the step's scheduling (emptiness always; the rest only on measured steps)."""
-        in_use = nodes = spot = 0
+        in_use = nodes = mig = spot = 0
         for name, record in self.records.items():
             gpus = gpus_in_use(record, state.used(name, 0.0))
             self._track_empty(name, step, gpus == 0)
             in_use += gpus
             nodes += gpus > 0
+            mig += gpus > 0 and any(r.startswith(MIG_PREFIX) for r in record.shares)
             spot += gpus if record.spot else 0
         if step < self.warmup:
             return
@@ -167,6 +174,7 @@ class Meter:
         self.in_use.append(in_use)
         self.busy.append(sum(work.values()))
         self.nodes.append(nodes)
+        self.mig.append(mig)
         self.spot.append(spot)
         self.pending.append(len(waiting))
 
@@ -214,6 +222,7 @@ class Meter:
             spot_gpus_in_use=tuple(self.spot),
             pending=tuple(self.pending),
             empty_stretches=tuple(self.stretches),
+            mig_nodes=tuple(self.mig),
             pending_minutes_by_class=dict(self.pending_minutes),
             pods_created=self.created,
             pods_denied=self.denied,

@@ -36,13 +36,16 @@ Candidate = str | Mapping[str, NodeLayoutSpec]
 FIELDS = (
     "gpu_nodes_peak",
     "gpu_nodes_mean",
+    "mig_nodes_peak",
+    "mig_nodes_mean",
     "pending_pod_minutes",
     "pending_at_end",
     "gpu_hours",
     "billed_gpu_hours",
     "peak_gpus_in_use",
 )
-"""The summary fields a comparison keeps: GPU nodes needed at peak and on average, pending pod-minutes and pods
+"""The summary fields a comparison keeps: GPU nodes needed at peak and on average (all of them, and the MIG nodes
+alone: the part the layout decides, without the other pools' noise), pending pod-minutes and pods
 still pending at the end, GPU-hours in use and billed, and GPUs in use at peak."""
 RUN: Run = "gpupack"
 
@@ -140,6 +143,8 @@ _COLUMNS = (
     ("layout", ""),
     ("nodes peak", "gpu_nodes_peak"),
     ("nodes mean", "gpu_nodes_mean"),
+    ("MIG nodes peak", "mig_nodes_peak"),
+    ("MIG nodes mean", "mig_nodes_mean"),
     ("pending pod-min", "pending_pod_minutes"),
     ("pending at end", "pending_at_end"),
     ("GPU-h in use", "gpu_hours"),
