@@ -424,6 +424,29 @@ class KubeNodeOps:
         except Exception as exc:
             raise _call_failed(f"LIST pods on {node}", exc) from exc
 
+    def list_pods(self) -> list[dict[str, Any]]:
+        """Every pod of every namespace (paginated): what the planner counts as demand."""
+        try:
+            return [
+                item
+                for page, _ in list_pages(self._core.list_pod_for_all_namespaces, request_timeout=self._request_timeout)
+                for item in page
+            ]
+        except Exception as exc:
+            raise _call_failed("LIST pods", exc) from exc
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap's JSON, or None when it does not exist (the MIG manager's layouts live in one)."""
+        try:
+            found: dict[str, Any] = self._raw(
+                f"GET configmap {namespace}/{name}", self._core.read_namespaced_config_map, name, namespace
+            )
+        except KubeCallFailed as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return found
+
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Apply a JSON merge patch to the node; its new JSON."""
         node: dict[str, Any] = self._raw(

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from gpupack.argtypes import positive_float
 
 if TYPE_CHECKING:
+    from gpupack.kube import KubeNodeOps
     from gpupack.policy import Policy
+    from migplan.apply import ApplyReport
     from migplan.solve import MigNode, Plan
 
 DEFAULT_DEMAND_HOURS = 6.0
@@ -80,8 +82,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.25,
         help="fraction of the MIG nodes that may be cordoned at once (default 0.25, at least one node)",
     )
+    apply.add_argument(
+        "--poll", type=positive_float, default=5.0, help="seconds between two reads of a node while waiting (5)"
+    )
+    apply.add_argument(
+        "--mig-config-map",
+        metavar="NAMESPACE/NAME",
+        help="the ConfigMap the MIG manager reads its layouts from (ClusterPolicy migManager.config.name); --apply "
+        "checks every planned name is in it. Needed when the plan names layouts beyond mig-parted's stock ones",
+    )
     apply.add_argument("--metrics-file", type=Path, help="write the apply metrics here (node-exporter textfile)")
     apply.add_argument("--keep-going", action="store_true", help="go on with the next node after a failure")
+    compare = parser.add_argument_group("compare (with --scenario)")
+    compare.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the scenario's day under every stock layout of its MIG nodes and under the plan, and compare",
+    )
+    compare.add_argument("--jobs", type=int, default=None, help="days run at once (default: the usable cores)")
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,8 @@ class Inputs:
     demand: dict[str, int]
     nodes: list[MigNode]
     source: str
+    skipped: dict[str, str]
+    """MIG nodes the planner cannot plan, with the reason (left as they are)."""
 
 
 def _policy(args: argparse.Namespace) -> Policy:
@@ -110,6 +130,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
 
         scenario = load_scenario(args.scenario)
         nodes = scenario_nodes(scenario, policy)
+        skipped: dict[str, str] = {}
         demand = scenario_demand(scenario, policy, nodes, args.demand_hours)
         source = f"{args.scenario} (first {args.demand_hours:g} h)"
     else:
@@ -118,10 +139,10 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
         if args.cluster:
             cluster = read_cluster_file(args.cluster)
         else:
-            from gpupack.kube import KubeClusterObjects, api_client
-
-            cluster = from_objects(KubeClusterObjects(api_client(args.kubeconfig, args.in_cluster)).read())
-        nodes = mig_nodes(cluster, policy)
+            ops = node_ops(args)
+            objects = [{**n, "kind": "Node"} for n in ops.list_nodes()]
+            cluster = from_objects(objects + [{**p, "kind": "Pod"} for p in ops.list_pods()], "the cluster")
+        nodes, skipped = mig_nodes(cluster, policy)
         demand = cluster_demand(cluster, policy, nodes)
         source = cluster.source
     if args.include_busy_nodes:
@@ -140,15 +161,22 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
         finally:
             prometheus.close()
         source += f", peak of {args.window} from {prometheus.shown}"
-    return Inputs(demand, nodes, source)
+    return Inputs(demand, nodes, source, skipped)
 
 
-def plan_json(plan: Plan, source: str) -> dict[str, Any]:
+def node_ops(args: argparse.Namespace) -> KubeNodeOps:
+    """The API calls through the kubeconfig or the pod's service account."""
+    from gpupack.kube import KubeNodeOps, api_client
+
+    return KubeNodeOps(api_client(args.kubeconfig, args.in_cluster))
+
+
+def plan_json(plan: Plan, inputs: Inputs) -> dict[str, Any]:
     """The plan as the `--json` document."""
     from migplan.config import config_name, mig_parted_config
 
     return {
-        "source": source,
+        "source": inputs.source,
         "demand": dict(plan.demand),
         "gpus_needed": plan.gpus_needed,
         "nodes_needed": plan.nodes_needed,
@@ -165,16 +193,18 @@ def plan_json(plan: Plan, source: str) -> dict[str, Any]:
         ],
         "kept_busy": list(plan.kept),
         "left_as_they_are": list(plan.idle),
+        "not_planned": dict(inputs.skipped),
         "mig_parted_config": mig_parted_config(plan.nodes),
     }
 
 
-def render_text(plan: Plan, nodes: list[MigNode], source: str) -> str:
+def render_text(plan: Plan, inputs: Inputs) -> str:
     """The plan for people: what is asked, what it takes, each node's layout and the commands to set it."""
     import yaml
 
     from migplan.config import config_name, mig_parted_config
 
+    nodes, source = inputs.nodes, inputs.source
     current = {n.name: n.config for n in nodes}
     asked = ", ".join(f"{n}x {r.removeprefix('nvidia.com/mig-')}" for r, n in plan.demand.items() if n) or "nothing"
     lines = [
@@ -188,6 +218,7 @@ def render_text(plan: Plan, nodes: list[MigNode], source: str) -> str:
         lines.append(f"busy, left as they are: {', '.join(plan.kept)}")
     if plan.idle:
         lines.append(f"not needed, left as they are: {', '.join(plan.idle)}")
+    lines += [f"not planned: {name}: {why}" for name, why in sorted(inputs.skipped.items())]
     lines.append("")
     for n in plan.nodes:
         name = config_name(n)
@@ -208,8 +239,78 @@ def render_text(plan: Plan, nodes: list[MigNode], source: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def known_configs(ops: KubeNodeOps, where: str) -> set[str]:
+    """The layout names of the MIG manager's ConfigMap (`NAMESPACE/NAME`, key `config.yaml`). Raises ValueError
+    naming what is missing or unreadable."""
+    import yaml
+
+    namespace, sep, name = where.partition("/")
+    if not sep or not namespace or not name:
+        raise ValueError(f"--mig-config-map {where!r}: write NAMESPACE/NAME, e.g. gpu-operator/custom-mig-config")
+    found = ops.get_config_map(namespace, name)
+    if found is None:
+        raise ValueError(f"--mig-config-map: ConfigMap {where} not found")
+    text = (found.get("data") or {}).get("config.yaml")
+    try:
+        document = yaml.safe_load(text) if isinstance(text, str) else None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--mig-config-map: {where} config.yaml is not YAML: {' '.join(str(exc).split())}") from exc
+    configs = document.get("mig-configs") if isinstance(document, dict) else None
+    if not isinstance(configs, dict):
+        raise ValueError(f"--mig-config-map: {where} has no config.yaml with mig-configs (a mig-parted config)")
+    return {str(k) for k in configs}
+
+
+def apply(args: argparse.Namespace, plan: Plan) -> ApplyReport:
+    """Relabel the planned nodes (`migplan.apply`), after checking the MIG manager knows every name."""
+    from migplan.apply import ApplyMetrics, apply_plan, write_metrics
+    from migplan.apply_steps import ApplyOptions, Relabel
+    from migplan.config import config_name
+
+    ops = node_ops(args)
+    names = {config_name(n) for n in plan.nodes}
+    custom = sorted(n for n in names if n.startswith("gpupack-"))
+    if args.mig_config_map is not None:
+        absent = sorted(names - known_configs(ops, args.mig_config_map))
+        if absent:
+            raise ValueError(
+                f"{args.mig_config_map} lacks {', '.join(absent)}: add the config --output writes, then run again"
+            )
+    elif custom:
+        raise ValueError(
+            f"the plan names layouts beyond mig-parted's stock ones ({', '.join(custom)}): write them with --output, "
+            "add them to the MIG manager's ConfigMap, and give it as --mig-config-map NAMESPACE/NAME"
+        )
+    options = ApplyOptions(
+        timeout=args.timeout, poll=args.poll, max_unavailable=args.max_unavailable, keep_going=args.keep_going
+    )
+    metrics = ApplyMetrics()
+    changes = [Relabel(n.node, config_name(n), n.instances) for n in plan.nodes]
+    try:
+        return apply_plan(ops, changes, options, metrics=metrics)
+    finally:
+        if args.metrics_file is not None:
+            write_metrics(metrics, args.metrics_file)
+
+
+def compare(args: argparse.Namespace, plan: Plan) -> str:
+    """The day under every stock layout of the MIG model and under the plan, as a table (or JSON)."""
+    import os
+
+    from migplan.config import config_name
+    from simulator.day_scenario import load_scenario
+    from simulator.mig_layouts import compare_layouts, render_table, stock_candidates
+
+    scenario = load_scenario(args.scenario)
+    planned = {n.node: (config_name(n), n.per_gpu) for n in plan.nodes}
+    jobs = args.jobs if args.jobs is not None else len(os.sched_getaffinity(0))
+    results = compare_layouts(scenario, {**stock_candidates(), "mig-plan": planned}, jobs=jobs)
+    return json.dumps(results, indent=2) if args.json else render_table(results) + "\n"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Plan, print, write the config; apply when asked. Exit 1 when demand is unserved or an apply failed."""
+    """Plan, print, write the config; apply or compare when asked. Exit 1 when demand is unserved or a node's
+    reconfiguration failed (a node skipped as busy, cordoned or over the limit is not a failure)."""
     import yaml
 
     from migplan.config import mig_parted_config
@@ -219,6 +320,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--apply needs a cluster (--kubeconfig or --in-cluster), not a scenario")
     if args.apply and args.cluster:
         raise ValueError("--apply needs a live cluster (--kubeconfig or --in-cluster), not cluster files")
+    if args.compare and args.scenario is None:
+        raise ValueError("--compare runs a scenario's day: give --scenario FILE")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, not {args.jobs}")
     if args.max_unavailable > 1:
         raise ValueError(f"--max-unavailable is a fraction of the MIG nodes, from 0 to 1, not {args.max_unavailable}")
     policy = _policy(args)
@@ -226,8 +331,21 @@ def run(args: argparse.Namespace) -> int:
     result = plan(inputs.demand, inputs.nodes, fill=args.fill)
     if args.output is not None:
         args.output.write_text(yaml.safe_dump(mig_parted_config(result.nodes), sort_keys=False))
+    if args.compare:
+        sys.stdout.write(compare(args, result))
+        return 1 if result.unserved else 0
+    if args.json and not args.apply:
+        print(json.dumps(plan_json(result, inputs), indent=2))
+    elif not args.json:
+        sys.stdout.write(render_text(result, inputs))
+    if not args.apply:
+        return 1 if result.unserved else 0
+    report = apply(args, result)
     if args.json:
-        print(json.dumps(plan_json(result, inputs.source), indent=2))
+        applied = [
+            {"node": r.node, "config": r.config, "outcome": r.outcome, "message": r.message} for r in report.results
+        ]
+        print(json.dumps({**plan_json(result, inputs), "applied": applied}, indent=2))
     else:
-        sys.stdout.write(render_text(result, inputs.nodes, inputs.source))
-    return 1 if result.unserved else 0
+        sys.stdout.write("\napply:\n" + "".join(f"  {r.node}: {r.outcome}: {r.message}\n" for r in report.results))
+    return 0 if report.ok and not result.unserved else 1

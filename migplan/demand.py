@@ -36,31 +36,30 @@ GPU_PREFIX = "nvidia.com/"
 MAX_DEMAND_BYTES = 1024 * 1024
 
 
-def mig_nodes(cluster: Cluster, policy: Policy) -> list[MigNode]:
-    """The cluster's MIG nodes of a catalog model; a node is free when no unfinished pod on it uses a GPU."""
+def mig_nodes(cluster: Cluster, policy: Policy) -> tuple[list[MigNode], dict[str, str]]:
+    """The cluster's MIG nodes of a catalog model, and the MIG nodes left out with the reason. A node is free when
+    no unfinished pod on it uses a GPU."""
     out: list[MigNode] = []
+    skipped: dict[str, str] = {}
     for node in cluster.nodes:
         if not is_mig_node(node):
             continue
         try:
             record = node_from_json(node, policy)
-        except ValueError:
+        except ValueError as exc:
+            skipped[str((node.get("metadata") or {}).get("name") or "?")] = str(exc)
             continue
-        if record.gpu_model not in CATALOG or record.gpu_count < 1:
+        if record.gpu_model not in CATALOG:
+            skipped[record.name] = f"GPU model unknown ({record.product or 'no nvidia.com/gpu.product label'})"
+            continue
+        if record.gpu_count < 1:
+            skipped[record.name] = "GPU count unknown (no nvidia.com/gpu.count label)"
             continue
         busy = any(uses_gpus(p) for p in cluster.pods_on(record.name))
         offered = {r: n for r, n in record.allocatable.items() if r.startswith(PROFILE_PREFIX) and n > 0}
-        out.append(
-            MigNode(
-                record.name,
-                record.gpu_model,
-                record.gpu_count,
-                not busy,
-                labels_of(node).get(CONFIG_LABEL),
-                offered,
-            )
-        )
-    return out
+        config = labels_of(node).get(CONFIG_LABEL)
+        out.append(MigNode(record.name, record.gpu_model, record.gpu_count, not busy, config, offered))
+    return out, skipped
 
 
 def sizing_context(policy: Policy, models: Iterable[str]) -> MutationContext:

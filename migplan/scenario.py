@@ -21,7 +21,8 @@ from simulator.day_scenario import Scenario, replicas_at
 def scenario_nodes(scenario: Scenario, policy: Policy) -> list[MigNode]:
     """The scenario's MIG nodes as the planner sees them (all free: the day starts empty)."""
     nodes = [{**n, "kind": "Node"} for n in cluster_nodes(scenario)]
-    return mig_nodes(from_objects(nodes, "scenario"), policy)
+    found, _ = mig_nodes(from_objects(nodes, "scenario"), policy)
+    return found
 
 
 def scenario_demand(scenario: Scenario, policy: Policy, nodes: list[MigNode], hours: float) -> dict[str, int]:

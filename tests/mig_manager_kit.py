@@ -157,6 +157,8 @@ class FakeMigCluster:
     """Node name -> how many of its next GETs answer 500 (-1: all of them)."""
     on_patch: list[Any] = field(default_factory=list)
     """Callables (node name, patch) run after each PATCH is applied: a test's way to act between two requests."""
+    config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    """ConfigMaps by (namespace, name): the MIG manager's layouts."""
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def add(self, *nodes: dict[str, Any]) -> None:
@@ -249,6 +251,13 @@ class FakeMigCluster:
             {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}
         )
 
+    async def get_config_map(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        key = (request.match_info["namespace"], request.match_info["name"])
+        if key not in self.config_maps:
+            return status(404, "NotFound", f'configmaps "{key[1]}" not found', key[1], kind="configmaps")
+        return web.json_response(self.config_maps[key])
+
     async def create_event(self, request: web.Request) -> web.Response:
         call = await self._record(request)
         event = dict(call.body)
@@ -311,5 +320,6 @@ class FakeMigCluster:
         app.router.add_patch("/api/v1/nodes/{name}", self.patch_node)
         app.router.add_get("/api/v1/pods", self.list_pods)
         app.router.add_post("/api/v1/namespaces/{namespace}/events", self.create_event)
+        app.router.add_get("/api/v1/namespaces/{namespace}/configmaps/{name}", self.get_config_map)
         app.on_cleanup.append(self._cleanup)
         return app

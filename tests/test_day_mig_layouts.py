@@ -239,8 +239,18 @@ def test_compare_layouts_in_processes_gives_the_serial_numbers(small: Scenario) 
 
 
 def row(stock: str | None, peak: int, pending: float, mean: float = 5.0) -> dict[str, Any]:
-    return {"stock": stock, "gpu_nodes_peak": peak, "gpu_nodes_mean": mean, "pending_pod_minutes": pending,
-            "mig_nodes_peak": 3, "mig_nodes_mean": 2.5, "pending_at_end": 0, "gpu_hours": 100.0, "billed_gpu_hours": 120.0, "peak_gpus_in_use": 40}  # fmt: skip
+    return {
+        "stock": stock,
+        "gpu_nodes_peak": peak,
+        "gpu_nodes_mean": mean,
+        "pending_pod_minutes": pending,
+        "mig_nodes_peak": 3,
+        "mig_nodes_mean": 2.5,
+        "pending_at_end": 0,
+        "gpu_hours": 100.0,
+        "billed_gpu_hours": 120.0,
+        "peak_gpus_in_use": 40,
+    }
 
 
 def test_the_best_stock_layout_leaves_fewest_pods_pending_then_needs_fewest_nodes() -> None:

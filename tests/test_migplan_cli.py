@@ -109,7 +109,8 @@ def _cluster_with_labelled_pods() -> dict[str, Any]:
 def test_labelled_pods_are_sized_again_by_the_webhook_and_finished_ones_do_not_count() -> None:
     cluster = from_objects(_cluster_with_labelled_pods()["items"])
     policy = Policy()
-    nodes = mig_nodes(cluster, policy)
+    nodes, skipped = mig_nodes(cluster, policy)
+    assert skipped == {}
     assert [(n.name, n.free) for n in nodes] == [("a100-mig-1", False), ("a100-mig-2", True), ("a100-mig-3", True)]
     # the 8Gi chat pod: 1g.10gb (offered once the layout may change), not the 2g.10gb all-balanced forces;
     # the unlabelled notebook counts what it asks (a limit is its request)
