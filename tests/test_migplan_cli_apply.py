@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpupack.cli import main
 from tests.mig_manager_kit import CONFIG, STATE, FakeMigCluster, gpu_pod, mig_node, write_kubeconfig
+from tests.migplan_rbac_kit import allowed, built, request_of
 from webhook.demo import demo_pod
 
 M = "nvidia.com/mig-"
@@ -152,3 +153,24 @@ async def test_a_node_stuck_pending_is_left_cordoned_and_the_run_exits_1(
     families = {f.name: f for f in text_string_to_metric_families(metrics.read_text())}
     (sample,) = [s for s in families["gpupack_mig_apply_failures"].samples if s.name.endswith("_total")]
     assert sample.labels == {"reason": "timeout"} and sample.value == 1
+
+
+async def test_the_shipped_rbac_allows_every_request_an_apply_makes_and_no_more(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = await planned(env, capsys)
+    publish(env, doc["mig_parted_config"]["mig-configs"])
+    args = ["--apply", "--mig-config-map", "/".join(CONFIG_MAP), "--poll", "0.02", "--timeout", "5"]
+    assert await env.mig_plan(*args) == 0
+    objects = built()
+    made = {request_of(c.method, c.path) for c in env.fake.calls}
+    assert {(verb, resource) for verb, resource, _, _ in made} == {
+        ("list", "nodes"), ("list", "pods"), ("get", "nodes"), ("patch", "nodes"), ("create", "events"),
+        ("get", "configmaps"),
+    }  # fmt: skip
+    for request in made:
+        assert allowed(objects, *request), request
+    # and it can fail: what the role does not grant
+    assert not allowed(objects, "delete", "nodes", None, "a100-1")
+    assert not allowed(objects, "get", "configmaps", "gpu-operator", "default-mig-parted-config")
+    assert not allowed(objects, "get", "configmaps", "kube-system", CONFIG_MAP[1])
