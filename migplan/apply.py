@@ -223,6 +223,8 @@ class _Run:
                     self.patch(change.node, relabel_patch(change.config))
                     phase, since = "relabelled", self.clock()
                     log.info("relabelled node=%s config=%s", change.node, change.config)
+                elif step.action == "await":
+                    phase, since = "relabelled", self.clock()
                 elif step.action == "configured":
                     phase, since = "configured", self.clock()
                 else:

@@ -26,6 +26,7 @@ Outcome = Literal[
     "skipped-cordoned",
     "skipped-limit",
     "skipped-stopped",
+    "skipped-pending",
     "failed",
     "timeout",
     "no-instances",
@@ -142,9 +143,10 @@ Phase = Literal["start", "cordoned", "relabelled", "configured"]
 """start: nothing done yet; cordoned: cordoned, pods to re-check; relabelled: waiting for the MIG manager's state;
 configured: state success, waiting for the device plugin's allocatable."""
 
-Action = Literal["skip", "cordon", "release", "relabel", "wait", "configured", "finish", "fail"]
+Action = Literal["skip", "cordon", "release", "relabel", "await", "wait", "configured", "finish", "fail"]
 """skip: done, nothing touched; cordon: cordon and annotate; release: uncordon (we cordoned it) and end skipped;
-relabel: set the config; wait: poll again; configured: state success seen, now wait for allocatable; finish:
+relabel: set the config; await: the label already says it and the MIG manager is at work, wait for its state
+without a patch; wait: poll again; configured: state success seen, now wait for allocatable; finish:
 uncordon, Normal Event, applied; fail: leave it cordoned, Warning Event, metric, log."""
 
 
@@ -215,6 +217,8 @@ def _start(change: Relabel, seen: Observation, options: ApplyOptions) -> Step:
         return Step("skip", "skipped-cordoned", "cordoned by someone else: left alone")
     if seen.gpu_pods:
         return Step("skip", "skipped-busy", f"GPU pods bound: {', '.join(seen.gpu_pods)}")
+    if seen.config == change.config:
+        return _labelled_already(change, seen)
     if seen.cordoned_by_us:  # already counted as unavailable: retrying it takes nothing more from the cluster
         return Step("relabel")
     limit = unavailable_limit(options.max_unavailable, seen.mig_nodes)
@@ -223,6 +227,36 @@ def _start(change: Relabel, seen: Observation, options: ApplyOptions) -> Step:
             "skip", "skipped-limit", f"{seen.unavailable} of {seen.mig_nodes} MIG nodes unschedulable, limit {limit}"
         )
     return Step("cordon")
+
+
+def _labelled_already(change: Relabel, seen: Observation) -> Step:
+    """The label already holds the config, but the node is not done (state not success, or no instances).
+
+    Setting the same value again does nothing: the MIG manager acts only when the label's value changes (mig-parted
+    `cmd/nvidia-mig-manager`: `if oldLabel != newLabel`), so a relabel would wait for a state that never comes.
+    A `pending` state is the MIG manager at work: waited for on a node gpupack cordoned, left alone on another.
+    Otherwise the node needs the MIG manager restarted (it applies the label when it starts), which gpupack does
+    not do; it is reported as failed, untouched.
+    """
+    if seen.state == "pending":
+        if seen.cordoned_by_us:
+            return Step("await")
+        return Step(
+            "skip", "skipped-pending", f"the MIG manager is applying {change.config} (state pending): left alone"
+        )
+    if seen.state == "success" and seen.cordoned_by_us:
+        return Step("configured")
+    advice = (
+        f"the MIG manager acts only when {CONFIG_LABEL} changes: restart the nvidia-mig-manager pod on "
+        f"{change.node} (it applies the label when it starts), then run again"
+    )
+    if seen.state == "success":
+        lacking = ", ".join(sorted(missing(change.expected, seen.allocatable)))
+        return Step(
+            "fail", "no-instances", f"already {change.config} with state success but without {lacking}; {advice}"
+        )
+    state = seen.state or "unset"
+    return Step("fail", "failed", f"already {change.config} with {STATE_LABEL} {state}; {advice}")
 
 
 # patches ---------------------------------------------------------------------------------------------------------

@@ -57,8 +57,18 @@ MIXED = dict(LAYOUTS["mixed"])
         ("start", IDLE, "cordon", None),
         ("start", Observation(exists=False), "skip", "vanished"),
         ("start", Observation(config="mixed", state="success", allocatable=MIXED), "skip", "unchanged"),
-        ("start", Observation(config="mixed", state="pending", allocatable=MIXED, mig_nodes=4), "cordon", None),
-        ("start", Observation(config="mixed", state="success", allocatable=OLD, mig_nodes=4), "cordon", None),
+        # the label already holds the config: the MIG manager reacts only to a change, so no relabel is sent
+        ("start", Observation(config="mixed", state="pending", mig_nodes=4), "skip", "skipped-pending"),
+        ("start", Observation(config="mixed", state="success", allocatable=OLD, mig_nodes=4), "fail", "no-instances"),
+        ("start", Observation(config="mixed", state="failed", mig_nodes=4), "fail", "failed"),
+        ("start", Observation(config="mixed", state=None, mig_nodes=4), "fail", "failed"),
+        ("start", Observation(config="mixed", state="pending", unschedulable=True, cordoned_by_us=True), "await", None),
+        (
+            "start",
+            Observation(config="mixed", state="success", allocatable=OLD, unschedulable=True, cordoned_by_us=True),
+            "configured",
+            None,
+        ),
         ("start", Observation(unschedulable=True, mig_nodes=4), "skip", "skipped-cordoned"),
         ("start", Observation(gpu_pods=("ml/train",), mig_nodes=4), "skip", "skipped-busy"),
         ("start", Observation(unavailable=1, mig_nodes=4), "skip", "skipped-limit"),
@@ -512,3 +522,24 @@ async def test_the_metrics_are_written_in_the_textfile_format(cluster: Cluster, 
     assert samples[("gpupack_mig_apply_failures_total", (("reason", "timeout"),))] == 1.0
     assert samples[("gpupack_mig_apply_applied_nodes_total", ())] == 1.0
     assert samples[("gpupack_mig_apply_last_run_timestamp_seconds", ())] > 0
+
+
+async def test_a_node_already_labelled_but_failed_is_reported_not_relabelled_in_vain(cluster: Cluster) -> None:
+    """Setting the same label value again would wait for a MIG manager that never reacts, and time out."""
+    cluster.add("n1", config="mixed", state="failed", unschedulable=True, annotations={ANNOTATION: "mixed"})
+    report = await cluster.apply([change()])
+    (result,) = report.results
+    assert result.outcome == "failed" and "restart the nvidia-mig-manager pod on n1" in result.message
+    assert not [c for c in cluster.fake.calls if c.method == "PATCH"]
+    assert cordoned(cluster.node("n1"))
+
+
+async def test_a_node_gpupack_left_cordoned_while_the_mig_manager_was_still_at_work_is_awaited(
+    cluster: Cluster,
+) -> None:
+    cluster.add("n1", config="mixed", state="pending", unschedulable=True, annotations={ANNOTATION: "mixed"})
+    cluster.fake._reconfigure("n1", "mixed")  # the MIG manager finishes what it started: success, then instances
+    report = await cluster.apply([change()])
+    assert [(r.node, r.outcome) for r in report.results] == [("n1", "applied")]
+    assert cluster.fake.node_calls() == [("n1", "uncordon")]  # no relabel
+    assert not cordoned(cluster.node("n1"))
