@@ -69,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan nodes that run GPU pods as if free (you drain them); --apply still skips a node while a GPU pod "
         "runs on it",
     )
+    parser.add_argument(
+        "--include-whole-gpu-nodes",
+        action="store_true",
+        help="also plan MIG-capable nodes whose MIG is off (all-disabled, whole GPUs); by default they are left to "
+        "the whole-GPU pods",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.add_argument("--output", type=Path, help="write the mig-parted config (version: v1) to this file")
     apply = parser.add_argument_group("apply")
@@ -111,6 +117,8 @@ class Inputs:
     source: str
     skipped: dict[str, str]
     """MIG nodes the planner cannot plan, with the reason (left as they are)."""
+    whole_gpus: int = 0
+    """Whole GPUs pending pods ask: served by no MIG layout, said so the admin keeps whole-GPU nodes for them."""
 
 
 def _policy(args: argparse.Namespace) -> Policy:
@@ -131,7 +139,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
         scenario = load_scenario(args.scenario)
         nodes = scenario_nodes(scenario, policy)
         skipped: dict[str, str] = {}
-        demand = scenario_demand(scenario, policy, nodes, args.demand_hours)
+        demand, whole_gpus = scenario_demand(scenario, policy, nodes, args.demand_hours), 0
         source = f"{args.scenario} (first {args.demand_hours:g} h)"
     else:
         from report.cluster import from_objects, read_cluster_file
@@ -142,11 +150,12 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
             ops = node_ops(args)
             objects = [{**n, "kind": "Node"} for n in ops.list_nodes()]
             cluster = from_objects(objects + [{**p, "kind": "Pod"} for p in ops.list_pods()], "the cluster")
-        nodes, skipped = mig_nodes(cluster, policy)
-        demand = cluster_demand(cluster, policy, nodes)
+        nodes, skipped = mig_nodes(cluster, policy, whole_gpu_nodes=args.include_whole_gpu_nodes)
+        if args.include_busy_nodes:
+            nodes = [replace(n, free=True) for n in nodes]
+        asked = cluster_demand(cluster, policy, nodes)
+        demand, whole_gpus = asked.mig, asked.whole_gpus
         source = cluster.source
-    if args.include_busy_nodes:
-        nodes = [replace(n, free=True) for n in nodes]
     if args.demand is not None:
         demand = with_forecast(demand, read_forecast(args.demand))
     if args.prometheus_url is not None:
@@ -161,7 +170,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
         finally:
             prometheus.close()
         source += f", peak of {args.window} from {prometheus.shown}"
-    return Inputs(demand, nodes, source, skipped)
+    return Inputs(demand, nodes, source, skipped, whole_gpus)
 
 
 def node_ops(args: argparse.Namespace) -> KubeNodeOps:
@@ -194,6 +203,7 @@ def plan_json(plan: Plan, inputs: Inputs) -> dict[str, Any]:
         "kept_busy": list(plan.kept),
         "left_as_they_are": list(plan.idle),
         "not_planned": dict(inputs.skipped),
+        "whole_gpus_pending": inputs.whole_gpus,
         "mig_parted_config": mig_parted_config(plan.nodes),
     }
 
@@ -219,6 +229,8 @@ def render_text(plan: Plan, inputs: Inputs) -> str:
     if plan.idle:
         lines.append(f"not needed, left as they are: {', '.join(plan.idle)}")
     lines += [f"not planned: {name}: {why}" for name, why in sorted(inputs.skipped.items())]
+    if inputs.whole_gpus:
+        lines.append(f"pending pods also ask {inputs.whole_gpus} whole GPUs: no MIG layout serves them")
     lines.append("")
     for n in plan.nodes:
         name = config_name(n)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +29,26 @@ from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy
 from migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
 from migplan.solve import PROFILE_PREFIX, MigNode, PlanError, resource_of
+from migplan.stock import DISABLED
 from report.cluster import FINISHED, Cluster, labels_of
 from webhook.mutate import MutationContext, plan
 from webhook.patches import apply_patch
 
 GPU_PREFIX = "nvidia.com/"
+"""Every GPU resource the device plugin advertises: whole, time-sliced or MIG."""
 MAX_DEMAND_BYTES = 1024 * 1024
 
 
-def mig_nodes(cluster: Cluster, policy: Policy) -> tuple[list[MigNode], dict[str, str]]:
+def mig_nodes(
+    cluster: Cluster, policy: Policy, *, whole_gpu_nodes: bool = False
+) -> tuple[list[MigNode], dict[str, str]]:
     """The cluster's MIG nodes of a catalog model, and the MIG nodes left out with the reason. A node is free when
-    no unfinished pod on it uses a GPU."""
+    no unfinished pod on it uses a GPU.
+
+    A MIG-capable node with MIG off (`all-disabled`, or advertising whole GPUs and no instance) serves whole-GPU
+    pods, training above all: it is left out unless `whole_gpu_nodes`, since turning it to MIG is a decision about
+    those pods that the MIG demand cannot make.
+    """
     out: list[MigNode] = []
     skipped: dict[str, str] = {}
     for node in cluster.nodes:
@@ -58,6 +68,9 @@ def mig_nodes(cluster: Cluster, policy: Policy) -> tuple[list[MigNode], dict[str
         busy = any(uses_gpus(p) for p in cluster.pods_on(record.name))
         offered = {r: n for r, n in record.allocatable.items() if r.startswith(PROFILE_PREFIX) and n > 0}
         config = labels_of(node).get(CONFIG_LABEL)
+        if (config == DISABLED or not offered) and not whole_gpu_nodes:
+            skipped[record.name] = "MIG off (whole GPUs); --include-whole-gpu-nodes plans it"
+            continue
         out.append(MigNode(record.name, record.gpu_model, record.gpu_count, not busy, config, offered))
     return out, skipped
 
@@ -95,11 +108,11 @@ def _bare(pod: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def pod_demand(pod: Mapping[str, Any], context: MutationContext) -> dict[str, int]:
-    """MIG instances the pod needs: the webhook's sizing for a labelled pod, else its own requests."""
+def pod_demand(pod: Mapping[str, Any], context: MutationContext, *, resize: bool) -> dict[str, int]:
+    """GPU resources the pod needs: with `resize`, the webhook's sizing for a labelled pod; else what it asks."""
     labelled = any(k.startswith(f"{contract.DOMAIN}/") for k in labels_of(pod))
     source: Mapping[str, Any] = pod
-    if labelled:
+    if labelled and resize:
         raw = _bare(pod)
         meta = raw.get("metadata") or {}
         try:
@@ -112,23 +125,46 @@ def pod_demand(pod: Mapping[str, Any], context: MutationContext) -> dict[str, in
         requests = pod_requests(source.get("spec") or {})
     except DemandError:
         return {}
-    return {r: n for r, n in requests.items() if r.startswith(PROFILE_PREFIX) and n > 0}
+    return {r: n for r, n in requests.items() if r.startswith(GPU_PREFIX) and n > 0}
 
 
-def cluster_demand(cluster: Cluster, policy: Policy, nodes: Iterable[MigNode]) -> dict[str, int]:
-    """Instances per MIG resource of the unfinished pods that are pending or run on a MIG node."""
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What the pods ask of the MIG nodes."""
+
+    mig: dict[str, int]
+    """Instances per MIG resource: the plan's demand."""
+    whole_gpus: int
+    """Whole GPUs (`nvidia.com/gpu`) pending pods ask: no MIG layout serves them; told, not planned."""
+
+
+def cluster_demand(cluster: Cluster, policy: Policy, nodes: Iterable[MigNode]) -> Demand:
+    """What the unfinished pods that are pending or run on a MIG node ask.
+
+    A pod is sized again by the webhook when it is pending, or bound to a free node (one the plan may change: with
+    `--include-busy-nodes`, its pods are drained and created again, and sized again then). A pod bound to a node
+    that keeps its layout counts what it holds: it is not created again, so sizing it again would count it twice,
+    once in what it holds and once in what it would ask.
+    """
     mig = {n.name: n for n in nodes}
     context = sizing_context(policy, (n.model for n in mig.values()))
     total: dict[str, int] = {}
+    whole = 0
     for pod in cluster.pods:
         if (pod.get("status") or {}).get("phase") in FINISHED:
             continue
         where = (pod.get("spec") or {}).get("nodeName")
         if where and where not in mig:
             continue
-        for resource, n in pod_demand(pod, context).items():
-            total[resource] = total.get(resource, 0) + n
-    return dict(sorted(total.items()))
+        held = pod_demand(pod, context, resize=False)
+        resize = not where or (mig[where].free and any(r.startswith(PROFILE_PREFIX) for r in held))
+        asked = pod_demand(pod, context, resize=True) if resize else held
+        for resource, n in asked.items():
+            if resource.startswith(PROFILE_PREFIX):
+                total[resource] = total.get(resource, 0) + n
+        if not where:
+            whole += asked.get(contract.RESOURCE_GPU, 0)
+    return Demand(dict(sorted(total.items())), whole)
 
 
 def read_forecast(path: Path) -> dict[str, int]:

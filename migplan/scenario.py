@@ -12,7 +12,7 @@ import math
 
 from gpupack.policy import Policy
 from migplan.demand import mig_nodes, pod_demand, sizing_context
-from migplan.solve import MigNode
+from migplan.solve import PROFILE_PREFIX, MigNode
 from report.cluster import from_objects
 from simulator.day_cluster import cluster_nodes, replica_pod
 from simulator.day_scenario import Scenario, replicas_at
@@ -28,7 +28,10 @@ def scenario_nodes(scenario: Scenario, policy: Policy) -> list[MigNode]:
 def scenario_demand(scenario: Scenario, policy: Policy, nodes: list[MigNode], hours: float) -> dict[str, int]:
     """The peak total of MIG instances per resource over the first `hours` of the day."""
     context = sizing_context(policy, (n.model for n in nodes))
-    per_replica = [pod_demand(replica_pod(workload, 1), context) for workload in scenario.inference]
+    per_replica = [
+        {r: n for r, n in pod_demand(replica_pod(w, 1), context, resize=True).items() if r.startswith(PROFILE_PREFIX)}
+        for w in scenario.inference
+    ]
     peak: dict[str, int] = {}
     steps = max(1, math.ceil(hours * 60 / scenario.step_minutes))
     for step in range(steps):

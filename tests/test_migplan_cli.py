@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,7 @@ def test_labelled_pods_are_sized_again_by_the_webhook_and_finished_ones_do_not_c
     assert [(n.name, n.free) for n in nodes] == [("a100-mig-1", False), ("a100-mig-2", True), ("a100-mig-3", True)]
     # the 8Gi chat pod: 1g.10gb (offered once the layout may change), not the 2g.10gb all-balanced forces;
     # the unlabelled notebook counts what it asks (a limit is its request)
-    assert cluster_demand(cluster, policy, nodes) == {M + "1g.10gb": 1, M + "1g.5gb": 1, M + "3g.20gb": 1}
+    assert cluster_demand(cluster, policy, nodes).mig == {M + "1g.10gb": 1, M + "1g.5gb": 1, M + "3g.20gb": 1}
 
 
 def test_a_forecast_raises_the_demand_per_profile(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -181,3 +182,42 @@ def test_options_that_cannot_work_are_refused(
 ) -> None:
     code, _, err = run(argv, capsys)
     assert code == 2 and message in err
+
+
+def test_a_pod_bound_to_a_node_that_keeps_its_layout_counts_what_it_holds() -> None:
+    """Sized again it would ask a 1g.10gb while still holding its 2g.10gb: a whole node reconfigured for nothing."""
+    chat = demo_pod("chat-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
+    chat["spec"]["nodeName"] = "a100-mig-1"
+    chat["spec"]["containers"][0]["resources"] = {"limits": {M + "2g.10gb": "1"}}
+    chat["status"] = {"phase": "Running"}
+    cluster = from_objects([{**n, "kind": "Node"} for n in NODES] + [{**chat, "kind": "Pod"}])
+    policy = Policy()
+    nodes, _ = mig_nodes(cluster, policy)
+    assert cluster_demand(cluster, policy, nodes).mig == {M + "2g.10gb": 1}
+    # drained (--include-busy-nodes), it is created again and sized again
+    drained = [replace(n, free=True) for n in nodes]
+    assert cluster_demand(cluster, policy, drained).mig == {M + "1g.10gb": 1}
+
+
+def test_nodes_with_mig_off_are_left_to_whole_gpu_pods_unless_asked(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    whole = {**NODES[0], "metadata": {**NODES[0]["metadata"], "name": "a100-whole"}}
+    whole["metadata"]["labels"] = {**whole["metadata"]["labels"], "nvidia.com/mig.config": "all-disabled"}
+    whole["status"] = {"allocatable": {"cpu": "94", "memory": "900Gi", "nvidia.com/gpu": "8"}}
+    train = demo_pod("train-0", {"gpupack.io/workload": "training", "gpupack.io/gpus": "8"})
+    train["status"] = {"phase": "Pending"}
+    embed = demo_pod("embed-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
+    embed["status"] = {"phase": "Pending"}
+    items = [{**whole, "kind": "Node"}, {**train, "kind": "Pod"}, {**embed, "kind": "Pod"}]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": items}))
+    code, out, _ = run(["--cluster", str(path), "--json"], capsys)
+    doc = json.loads(out)
+    assert doc["not_planned"] == {"a100-whole": "MIG off (whole GPUs); --include-whole-gpu-nodes plans it"}
+    # no MIG node to plan: the webhook would give the 4Gi pod a whole GPU too, beside the training pod's 8
+    assert code == 0 and doc["whole_gpus_pending"] == 9 and doc["demand"] == {} and doc["nodes"] == []
+    code, out, _ = run(["--cluster", str(path), "--json", "--include-whole-gpu-nodes"], capsys)
+    doc = json.loads(out)
+    assert code == 0 and [n["node"] for n in doc["nodes"]] == ["a100-whole"]
+    assert doc["demand"] == {M + "1g.5gb": 1} and doc["whole_gpus_pending"] == 8
