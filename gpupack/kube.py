@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -74,12 +75,18 @@ class ClusterReader(Protocol):
 
 
 def api_client(kubeconfig: Path | None = None, in_cluster: bool = False) -> client.ApiClient:
-    """An API client from a kubeconfig file or the pod's service account."""
+    """An API client from a kubeconfig file or the pod's service account. Raises ValueError naming the kubeconfig
+    (or the service account) when it cannot be read: a missing file, not YAML, no current context."""
     configuration = client.Configuration()
-    if in_cluster:
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(config_file=str(kubeconfig) if kubeconfig else None, client_configuration=configuration)
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            path = str(kubeconfig) if kubeconfig else None
+            config.load_kube_config(config_file=path, client_configuration=configuration)
+    except (config.ConfigException, yaml.YAMLError, OSError, TypeError, KeyError) as exc:
+        where = "the pod's service account" if in_cluster else f"kubeconfig {kubeconfig or '~/.kube/config'}"
+        raise ValueError(f"{where}: {' '.join(str(exc).split()) or type(exc).__name__}") from exc
     return client.ApiClient(configuration)
 
 
@@ -352,9 +359,10 @@ MERGE_PATCH = "application/merge-patch+json"
 """RFC 7386: a `null` value removes a key (a label), which is how the MIG state label is cleared."""
 
 
-class KubeCallFailed(Exception):
+class KubeCallFailed(OSError):
     """A call to the API server failed: `status` is the HTTP status, or None when no answer came (connection
-    refused, timed out, TLS); `reason` is the Status message or the socket's error, short enough for a log line."""
+    refused, timed out, TLS); `reason` is the Status message or the socket's error, short enough for a log line.
+    An OSError, like any other failed conversation with a server: a command reports it in one line."""
 
     def __init__(self, call: str, status: int | None, reason: str) -> None:
         super().__init__(f"{call}: {'HTTP ' + str(status) if status else 'no answer'}: {reason}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +28,26 @@ if TYPE_CHECKING:
     from migplan.solve import MigNode, Plan
 
 DEFAULT_DEMAND_HOURS = 6.0
+
+
+def config_map_ref(text: str) -> str:
+    """`NAMESPACE/NAME` of a ConfigMap, both DNS names."""
+    namespace, sep, name = text.partition("/")
+    label = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+    if not sep or not re.fullmatch(label, namespace) or not re.fullmatch(rf"{label}(\.{label})*", name):
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAMESPACE/NAME, e.g. gpu-operator/gpupack-mig-parted-config")
+    return text
+
+
+def window_length(text: str) -> str:
+    """A Prometheus duration, checked when the command line is read."""
+    from report.window import WindowError, duration
+
+    try:
+        duration(text)
+    except WindowError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prometheus-url",
         help="a forecast from Prometheus (kube-state-metrics): the peak of MIG instances requested over --window",
     )
-    parser.add_argument("--window", default="7d", help="with --prometheus-url: the window's length (default 7d)")
+    parser.add_argument(
+        "--window", type=window_length, default="7d", help="with --prometheus-url: the window's length (default 7d)"
+    )
     parser.add_argument("--end", default="now", help="with --prometheus-url: the window's end (default now)")
     parser.add_argument(
         "--demand-hours",
@@ -93,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     apply.add_argument(
         "--mig-config-map",
+        type=config_map_ref,
         metavar="NAMESPACE/NAME",
         help="the ConfigMap the MIG manager reads its layouts from (ClusterPolicy migManager.config.name); --apply "
         "checks every planned name is in it. Needed when the plan names layouts beyond mig-parted's stock ones",
@@ -161,9 +185,8 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
     if args.prometheus_url is not None:
         from migplan.forecast import prometheus_forecast
         from report.prometheus import PrometheusUsage
-        from report.window import duration, instant
+        from report.window import instant
 
-        duration(args.window)  # a bad duration is one line naming it, before any query
         prometheus = PrometheusUsage(args.prometheus_url)
         try:
             demand = with_forecast(demand, prometheus_forecast(prometheus, args.window, instant(args.end)))
@@ -256,9 +279,7 @@ def known_configs(ops: KubeNodeOps, where: str) -> set[str]:
     naming what is missing or unreadable."""
     import yaml
 
-    namespace, sep, name = where.partition("/")
-    if not sep or not namespace or not name:
-        raise ValueError(f"--mig-config-map {where!r}: write NAMESPACE/NAME, e.g. gpu-operator/custom-mig-config")
+    namespace, _, name = where.partition("/")
     found = ops.get_config_map(namespace, name)
     if found is None:
         raise ValueError(f"--mig-config-map: ConfigMap {where} not found")

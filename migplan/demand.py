@@ -170,10 +170,15 @@ def cluster_demand(cluster: Cluster, policy: Policy, nodes: Iterable[MigNode]) -
 def read_forecast(path: Path) -> dict[str, int]:
     """A forecast file: a YAML or JSON mapping of profile (`1g.5gb`) or resource (`nvidia.com/mig-1g.5gb`) to a
     whole number of instances. Raises PlanError naming the file and the entry."""
-    if path.stat().st_size > MAX_DEMAND_BYTES:
+    try:
+        with path.open("rb") as handle:  # read at most the limit: /dev/zero or a pipe has no size to check first
+            raw = handle.read(MAX_DEMAND_BYTES + 1)
+    except OSError as exc:
+        raise PlanError(f"--demand {path}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_DEMAND_BYTES:
         raise PlanError(f"{path}: larger than {MAX_DEMAND_BYTES} bytes; a demand is a few lines")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(raw.decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise PlanError(f"{path}: not YAML or JSON: {' '.join(str(exc).split())}") from exc
     if isinstance(data, dict) and isinstance(data.get("demand"), dict):

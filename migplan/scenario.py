@@ -12,7 +12,7 @@ import math
 
 from gpupack.policy import Policy
 from migplan.demand import mig_nodes, pod_demand, sizing_context
-from migplan.solve import PROFILE_PREFIX, MigNode
+from migplan.solve import PROFILE_PREFIX, MigNode, PlanError
 from report.cluster import from_objects
 from simulator.day_cluster import cluster_nodes, replica_pod
 from simulator.day_scenario import Scenario, replicas_at
@@ -26,7 +26,9 @@ def scenario_nodes(scenario: Scenario, policy: Policy) -> list[MigNode]:
 
 
 def scenario_demand(scenario: Scenario, policy: Policy, nodes: list[MigNode], hours: float) -> dict[str, int]:
-    """The peak total of MIG instances per resource over the first `hours` of the day."""
+    """The peak total of MIG instances per resource over the first `hours` of the day (at most the day's)."""
+    if not 0 < hours <= scenario.hours:
+        raise PlanError(f"--demand-hours {hours:g}: the scenario's day has {scenario.hours:g} hours")
     context = sizing_context(policy, (n.model for n in nodes))
     per_replica = [
         {r: n for r, n in pod_demand(replica_pod(w, 1), context, resize=True).items() if r.startswith(PROFILE_PREFIX)}
