@@ -99,7 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the whole-GPU pods",
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
-    parser.add_argument("--output", type=Path, help="write the mig-parted config (version: v1) to this file")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="write the mig-parted config (version: v1) to this file; with --mig-config-map on a live cluster, that "
+        "ConfigMap with the plan's layouts added, for kubectl apply -f",
+    )
     apply = parser.add_argument_group("apply")
     apply.add_argument("--apply", action="store_true", help="relabel the planned nodes, one at a time")
     apply.add_argument(
@@ -274,37 +279,37 @@ def render_text(plan: Plan, inputs: Inputs) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def known_configs(ops: KubeNodeOps, where: str) -> set[str]:
-    """The layout names of the MIG manager's ConfigMap (`NAMESPACE/NAME`, key `config.yaml`). Raises ValueError
-    naming what is missing or unreadable."""
-    import yaml
-
+def read_config_map(ops: KubeNodeOps, where: str) -> dict[str, Any]:
+    """The MIG manager's ConfigMap (`NAMESPACE/NAME`). Raises ValueError when it does not exist."""
     namespace, _, name = where.partition("/")
     found = ops.get_config_map(namespace, name)
     if found is None:
         raise ValueError(f"--mig-config-map: ConfigMap {where} not found")
-    text = (found.get("data") or {}).get("config.yaml")
-    try:
-        document = yaml.safe_load(text) if isinstance(text, str) else None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"--mig-config-map: {where} config.yaml is not YAML: {' '.join(str(exc).split())}") from exc
-    configs = document.get("mig-configs") if isinstance(document, dict) else None
-    if not isinstance(configs, dict):
-        raise ValueError(f"--mig-config-map: {where} has no config.yaml with mig-configs (a mig-parted config)")
-    return {str(k) for k in configs}
+    return found
+
+
+def output_document(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    """What `--output` writes: with `--mig-config-map` on a live cluster, that ConfigMap with the plan's layouts
+    added (ready for `kubectl apply -f`); else the mig-parted document of the plan's layouts alone."""
+    from migplan.config import merged_config_map, mig_parted_config
+
+    if args.mig_config_map is not None and (args.kubeconfig is not None or args.in_cluster):
+        return merged_config_map(read_config_map(node_ops(args), args.mig_config_map), plan.nodes)
+    return mig_parted_config(plan.nodes)
 
 
 def apply(args: argparse.Namespace, plan: Plan) -> ApplyReport:
     """Relabel the planned nodes (`migplan.apply`), after checking the MIG manager knows every name."""
     from migplan.apply import ApplyMetrics, apply_plan, write_metrics
     from migplan.apply_steps import ApplyOptions, Relabel
-    from migplan.config import config_name
+    from migplan.config import CUSTOM_PREFIX, config_name, mig_parted_document
 
     ops = node_ops(args)
     names = {config_name(n) for n in plan.nodes}
-    custom = sorted(n for n in names if n.startswith("gpupack-"))
+    custom = sorted(n for n in names if n.startswith(CUSTOM_PREFIX))
     if args.mig_config_map is not None:
-        absent = sorted(names - known_configs(ops, args.mig_config_map))
+        known = mig_parted_document(read_config_map(ops, args.mig_config_map))["mig-configs"]
+        absent = sorted(names - set(known))
         if absent:
             raise ValueError(
                 f"{args.mig_config_map} lacks {', '.join(absent)}: add the config --output writes, then run again"
@@ -346,7 +351,6 @@ def run(args: argparse.Namespace) -> int:
     reconfiguration failed (a node skipped as busy, cordoned or over the limit is not a failure)."""
     import yaml
 
-    from migplan.config import mig_parted_config
     from migplan.solve import plan
 
     if args.apply and args.scenario is not None:
@@ -363,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = read_inputs(args, policy)
     result = plan(inputs.demand, inputs.nodes, fill=args.fill)
     if args.output is not None:
-        args.output.write_text(yaml.safe_dump(mig_parted_config(result.nodes), sort_keys=False))
+        args.output.write_text(yaml.safe_dump(output_document(args, result), sort_keys=False))
     if args.compare:
         sys.stdout.write(compare(args, result))
         return 1 if result.unserved else 0

@@ -13,18 +13,31 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import yaml
+
 from migplan.geometry import Counts
-from migplan.solve import NodePlan, Plan
-from migplan.stock import DISABLED, stock_name
+from migplan.solve import NodePlan
+from migplan.stock import stock_name
+
+CONFIG_KEY = "config.yaml"
+"""The key of the MIG manager's ConfigMap that holds the mig-parted document."""
+CUSTOM_PREFIX = "gpupack-"
+"""The start of the names of the layouts gpupack makes (the others are mig-parted's stock names)."""
+
+
+def layout_name(model: str, per_gpu: tuple[Counts, ...]) -> str:
+    """The mig-parted config name (a label value: at most 63 characters) of a node layout of the model: its stock
+    name, else `gpupack-<model>-<digest of the layout>` (eight GPUs' layouts are too long to spell in 63)."""
+    stock = stock_name(model, dict(enumerate(per_gpu)), len(per_gpu))
+    if stock is not None:
+        return stock
+    digest = hashlib.sha256(json.dumps([model, per_gpu]).encode()).hexdigest()[:10]
+    return f"{CUSTOM_PREFIX}{model.lower()}-{digest}"
 
 
 def config_name(plan: NodePlan) -> str:
-    """The mig-parted config name (a label value: at most 63 characters) for the node's layout."""
-    stock = stock_name(plan.model, dict(enumerate(plan.per_gpu)), len(plan.per_gpu))
-    if stock is not None:
-        return stock
-    digest = hashlib.sha256(json.dumps([plan.model, plan.per_gpu]).encode()).hexdigest()[:10]
-    return f"gpupack-{plan.model.lower()}-{digest}"
+    """The config name of a planned node's layout."""
+    return layout_name(plan.model, plan.per_gpu)
 
 
 def entries(per_gpu: tuple[Counts, ...]) -> list[dict[str, Any]]:
@@ -42,25 +55,40 @@ def entries(per_gpu: tuple[Counts, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def mig_parted_config(nodes: Iterable[NodePlan], *, with_stock: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The `version: v1` mig-parted document holding the plan's layouts beyond the stock ones.
-
-    A GPU Operator whose MIG manager reads a custom ConfigMap no longer sees the stock layouts; `with_stock` (the
-    stock entries by name, e.g. from the operator's default ConfigMap) are then copied in for the names the plan
-    uses, with `all-disabled`.
-    """
-    configs: dict[str, Any] = {}
-    for node in nodes:
-        name = config_name(node)
-        if name.startswith("gpupack-"):
-            configs[name] = entries(node.per_gpu)
-        elif with_stock is not None and name in with_stock:
-            configs[name] = with_stock[name]
-    if with_stock is not None and DISABLED in with_stock:
-        configs[DISABLED] = with_stock[DISABLED]
+def mig_parted_config(nodes: Iterable[NodePlan]) -> dict[str, Any]:
+    """The `version: v1` mig-parted document holding the plan's layouts beyond the stock ones."""
+    configs = {config_name(n): entries(n.per_gpu) for n in nodes if config_name(n).startswith(CUSTOM_PREFIX)}
     return {"version": "v1", "mig-configs": dict(sorted(configs.items()))}
 
 
-def labels(plan: Plan) -> dict[str, str]:
-    """Node -> the `nvidia.com/mig.config` value the plan sets."""
-    return {node.node: config_name(node) for node in plan.nodes}
+def mig_parted_document(config_map: Mapping[str, Any]) -> dict[str, Any]:
+    """The mig-parted document of a MIG manager's ConfigMap. Raises ValueError naming the ConfigMap when its
+    `config.yaml` is missing, not YAML, or holds no `mig-configs` mapping."""
+    meta = config_map.get("metadata") or {}
+    where = f"ConfigMap {meta.get('namespace')}/{meta.get('name')}"
+    text = (config_map.get("data") or {}).get(CONFIG_KEY)
+    try:
+        document = yaml.safe_load(text) if isinstance(text, str) else None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{where}: {CONFIG_KEY} is not YAML: {' '.join(str(exc).split())}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("mig-configs"), dict):
+        raise ValueError(f"{where}: no {CONFIG_KEY} holding mig-configs (a mig-parted config)")
+    return document
+
+
+def merged_config_map(config_map: Mapping[str, Any], nodes: Iterable[NodePlan]) -> dict[str, Any]:
+    """The MIG manager's ConfigMap with the plan's layouts added to its `config.yaml` (`kubectl apply -f` it).
+
+    A custom ConfigMap replaces mig-parted's stock layouts, so the ones it holds are kept as they are, and a layout
+    of the same name is replaced (the name is a digest of the layout: the same name is the same layout). Raises
+    ValueError when the ConfigMap holds no mig-parted document.
+    """
+    meta = config_map.get("metadata") or {}
+    document = mig_parted_document(config_map)
+    document["mig-configs"] = {**document["mig-configs"], **mig_parted_config(nodes)["mig-configs"]}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta},
+        "data": {**(config_map.get("data") or {}), CONFIG_KEY: yaml.safe_dump(document, sort_keys=False)},
+    }

@@ -28,7 +28,7 @@ from gpupack.gpus import CATALOG
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy
 from migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
-from migplan.solve import PROFILE_PREFIX, MigNode, PlanError, resource_of
+from migplan.solve import PROFILE_PREFIX, MigNode, PlanError
 from migplan.stock import DISABLED
 from report.cluster import FINISHED, Cluster, labels_of
 from webhook.mutate import MutationContext, plan
@@ -84,7 +84,7 @@ def sizing_context(policy: Policy, models: Iterable[str]) -> MutationContext:
     `nvidia.com/gpu`, as it does where no layout offers the profile.
     """
     offered = {
-        resource_of(p.name): "1"
+        contract.mig_resource(p.name): "1"
         for m in sorted(set(models))
         for p in CATALOG[m]
         if p.compute_slices < max(q.compute_slices for q in CATALOG[m])
@@ -195,7 +195,7 @@ def read_forecast(path: Path) -> dict[str, int]:
             )
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 1_000_000:
             raise PlanError(f"{path}: {profile}: {value!r} is not a whole number of instances from 0 to 1000000")
-        out[resource_of(profile)] = out.get(resource_of(profile), 0) + value
+        out[contract.mig_resource(profile)] = out.get(contract.mig_resource(profile), 0) + value
     return out
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
+from gpupack.contract import mig_resource
 from gpupack.gpus import CATALOG
-from migplan.solve import resource_of
 from report.prometheus import PrometheusUsage
 
 STEP = "5m"
@@ -24,10 +24,10 @@ points per resource, well within any store's limits."""
 
 def ksm_name(profile: str) -> str:
     """kube-state-metrics' spelling of the profile's resource: every character not `[a-zA-Z0-9_]` becomes `_`."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", resource_of(profile))
+    return re.sub(r"[^a-zA-Z0-9_]", "_", mig_resource(profile))
 
 
-KSM_TO_RESOURCE = {ksm_name(p.name): resource_of(p.name) for profiles in CATALOG.values() for p in profiles}
+KSM_TO_RESOURCE = {ksm_name(p.name): mig_resource(p.name) for profiles in CATALOG.values() for p in profiles}
 
 
 def forecast_query(window: str, step: str = STEP) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import cache
 
+from gpupack.contract import mig_resource
 from gpupack.gpus import CATALOG, MigProfile
 
 Counts = tuple[tuple[str, int], ...]
@@ -125,6 +126,17 @@ def legal_layouts(model: str) -> frozenset[Counts]:
 
     grow(0, 0, 0, ())
     return frozenset(found)
+
+
+def instances(per_gpu: Iterable[Counts]) -> dict[str, int]:
+    """`nvidia.com/mig-<profile>` -> instances over a node's GPUs: what the device plugin's mixed strategy
+    advertises once the layout is applied (and what `--apply` checks in the node's allocatable)."""
+    total: dict[str, int] = {}
+    for layout in per_gpu:
+        for profile, n in layout:
+            resource = mig_resource(profile)
+            total[resource] = total.get(resource, 0) + n
+    return dict(sorted(total.items()))
 
 
 def _contains(big: Counts, small: Counts) -> bool:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from extender.inventory import LABEL_MIG_CONFIG
+from gpupack.contract import RESOURCE_MIG_PREFIX
+from report.cluster import FINISHED
 
 CONFIG_LABEL: Final = LABEL_MIG_CONFIG
 """The MIG manager's layout label: the mig-parted config name to apply (the extender reads it too)."""
@@ -16,8 +18,6 @@ STATE_LABEL: Final = "nvidia.com/mig.config.state"
 """The MIG manager's answer: `pending`, then `success` or `failed`."""
 CAPABLE_LABEL: Final = "nvidia.com/mig.capable"
 """GPU Feature Discovery's: the node's GPUs can run MIG."""
-MIG_PREFIX: Final = "nvidia.com/mig-"
-FINISHED: Final = ("Succeeded", "Failed")
 
 
 def is_mig_node(node: Mapping[str, Any]) -> bool:
@@ -27,7 +27,7 @@ def is_mig_node(node: Mapping[str, Any]) -> bool:
     return (
         CONFIG_LABEL in labels
         or labels.get(CAPABLE_LABEL) == "true"
-        or any(str(r).startswith(MIG_PREFIX) for r in allocatable)
+        or any(str(r).startswith(RESOURCE_MIG_PREFIX) for r in allocatable)
     )
 
 

@@ -29,14 +29,10 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from gpupack import contract
-from migplan.geometry import Counts, maximal_layouts, profiles_of
+from gpupack.contract import mig_resource
+from migplan.geometry import Counts, instances, maximal_layouts, profiles_of
 
 PROFILE_PREFIX = contract.RESOURCE_MIG_PREFIX
-
-
-def resource_of(profile: str) -> str:
-    """`1g.5gb` -> `nvidia.com/mig-1g.5gb` (the device plugin's mixed strategy)."""
-    return f"{PROFILE_PREFIX}{profile}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +62,7 @@ class NodePlan:
     @property
     def instances(self) -> dict[str, int]:
         """MIG resources the node advertises once applied (what `--apply` checks in its allocatable)."""
-        total: Counter[str] = Counter()
-        for layout in self.per_gpu:
-            for profile, n in layout:
-                total[resource_of(profile)] += n
-        return dict(sorted(total.items()))
+        return instances(self.per_gpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +101,7 @@ def _classes(nodes: Sequence[MigNode], resources: set[str]) -> list[_Class]:
         groups.setdefault((node.model, node.gpus), []).append(node)
     out = []
     for (model, gpus), members in sorted(groups.items()):
-        allowed = [p for p in profiles_of(model) if resource_of(p) in resources]
+        allowed = [p for p in profiles_of(model) if mig_resource(p) in resources]
         layouts = maximal_layouts(model, allowed) if allowed else ()
         if layouts:
             out.append(_Class(model, gpus, tuple(sorted(members, key=lambda n: n.name)), layouts))

@@ -10,7 +10,6 @@ Every random draw is made here, up front, from the scenario's seed and independe
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,8 +19,9 @@ import numpy as np
 
 from demo.cluster import A100, H100, SPOT, T4
 from gpupack import contract
-from migplan.geometry import Counts, LayoutError, check, counts_of
-from migplan.stock import STOCK, stock_name
+from migplan.config import layout_name as migplan_layout_name
+from migplan.geometry import Counts, LayoutError, check, counts_of, instances
+from migplan.stock import STOCK
 from simulator.day_scenario import (
     DEFAULT_MIG_LAYOUT,
     LABEL_VALUE,
@@ -55,12 +55,7 @@ class NodeLayout:
     def allocatable(self) -> dict[str, int]:
         """`nvidia.com/mig-<profile>` -> instances summed over the GPUs, as the device plugin's mixed strategy
         advertises them."""
-        out: dict[str, int] = {}
-        for counts in self.gpus:
-            for name, n in counts:
-                resource = contract.mig_resource(name)
-                out[resource] = out.get(resource, 0) + n
-        return dict(sorted(out.items()))
+        return instances(self.gpus)
 
 
 NodeLayoutSpec = NodeLayout | tuple[str, tuple[Counts, ...]]
@@ -68,13 +63,9 @@ NodeLayoutSpec = NodeLayout | tuple[str, tuple[Counts, ...]]
 
 
 def layout_name(gpus: tuple[Counts, ...]) -> str:
-    """The `nvidia.com/mig.config` value of an unnamed layout: its stock name when every GPU holds one stock
-    layout, else `custom-` and a digest of the instances (a label value has at most 63 characters, too few to
-    spell eight GPUs' layouts)."""
-    stock = stock_name(MIG_MODEL, dict(enumerate(gpus)), len(gpus))
-    if stock is not None:
-        return stock
-    return "custom-" + hashlib.sha256(repr(gpus).encode()).hexdigest()[:12]
+    """The `nvidia.com/mig.config` value of an unnamed layout: the name `gpupack mig-plan` gives it (its stock name
+    when every GPU holds one stock layout, else a digest of the instances)."""
+    return migplan_layout_name(MIG_MODEL, gpus)
 
 
 def group_layout(group: NodeGroup) -> NodeLayout:

@@ -104,7 +104,7 @@ def test_an_unnamed_explicit_layout_gets_a_label_value(layout: list[dict[str, in
     if label is not None:
         assert value == label
     else:
-        assert value.startswith("custom-") and len(value) <= 63
+        assert value.startswith("gpupack-a100-40gb-") and len(value) <= 63
         other = mig_node(mig_day([{"3g.20gb": 2}, {"1g.10gb": 3}]))["metadata"]["labels"]["nvidia.com/mig.config"]
         assert other != value  # the name follows the content
 

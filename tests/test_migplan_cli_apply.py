@@ -113,7 +113,11 @@ async def test_apply_relabels_the_free_node_the_plan_needs_and_leaves_the_busy_o
         ("a100-unlabelled", "all-balanced"),
     ):
         assert env.fake.nodes[untouched]["metadata"]["labels"][CONFIG] == config
-    assert yaml.safe_load(output.read_text())["mig-configs"] == doc["mig_parted_config"]["mig-configs"]
+    # --output with --mig-config-map: the MIG manager's ConfigMap with the plan's layouts added, the others kept
+    written = yaml.safe_load(output.read_text())
+    assert (written["kind"], written["metadata"]) == ("ConfigMap", {"namespace": CONFIG_MAP[0], "name": CONFIG_MAP[1]})
+    layouts = yaml.safe_load(written["data"]["config.yaml"])["mig-configs"]
+    assert layouts == {**doc["mig_parted_config"]["mig-configs"], "all-balanced": [], "all-disabled": []}
     samples = {s.name: s.value for f in text_string_to_metric_families(metrics.read_text()) for s in f.samples}
     assert samples["gpupack_mig_apply_applied_nodes_total"] == 1
 
