@@ -216,6 +216,7 @@ def plan_json(plan: Plan, inputs: Inputs) -> dict[str, Any]:
         "source": inputs.source,
         "demand": dict(plan.demand),
         "gpus_needed": plan.gpus_needed,
+        "optimal": plan.optimal,
         "nodes_needed": plan.nodes_needed,
         "unserved": dict(plan.unserved),
         "nodes": [
@@ -249,6 +250,8 @@ def render_text(plan: Plan, inputs: Inputs) -> str:
         f"MIG demand ({source}): {asked}",
         f"needs {plan.gpus_needed} GPUs on {plan.nodes_needed} of {len(nodes)} MIG nodes",
     ]
+    if not plan.optimal:
+        lines.append("not proven optimal: the layout program hit its time limit; this is the best plan it found")
     if plan.unserved:
         short = ", ".join(f"{n}x {r.removeprefix('nvidia.com/mig-')}" for r, n in plan.unserved.items())
         lines.append(f"cannot serve: {short} (no free MIG GPU left for them)")

@@ -6,17 +6,20 @@ taken off the demand first. Each free MIG node can give each of its GPUs one max
 profiles its model has (`geometry.maximal_layouts`). Nodes of the same model and GPU count are interchangeable, so
 the program counts GPUs per (node class, layout) and nodes used per class:
 
-    minimise   BIG2 * unserved + BIG1 * GPUs + nodes
+    minimise   BIG3 * unserved + BIG2 * GPUs + BIG1 * nodes + layouts used
     such that  sum(GPUs[c, l] * instances[l, r]) + unserved[r] >= demand[r]    for every resource r
                sum_l GPUs[c, l] <= gpus_per_node[c] * nodes[c] <= gpus_per_node[c] * free_nodes[c]
 
-with BIG1 above any node count and BIG2 above any GPU count, so fewer GPUs always win over fewer nodes, and any
-served instance over both. HiGHS (scipy's `milp`) solves it exactly in milliseconds at cluster sizes; the
-classic alternative, first-fit by hand-picked templates (HAMi's "first MIG template suitable"), strands slices.
+with each weight above the largest total of the goals below it, so an instance served always wins over fewer
+GPUs, fewer GPUs over fewer nodes, fewer nodes over fewer distinct layouts. HiGHS (scipy's `milp`) solves it at
+gap 0 in milliseconds at cluster sizes; should it hit the time limit, the best answer found is kept and the plan
+says it is not proven optimal. The classic alternative, first-fit by hand-picked templates (HAMi's "first MIG
+template suitable"), strands slices.
 
-`fill` then spreads the demand's mix over every free GPU of the models in use: it finds the largest factor k for
-which k times the demand still fits the free GPUs and keeps that answer, so capacity grows in the proportions the
-pods ask for instead of a fixed `all-balanced` mix.
+`fill` then gives every free node of a class (each model with a demanded profile) the same layout, the one that
+holds the most copies of the demand's mix (`_node_mix`), so capacity grows node by node in the proportions the pods
+ask for instead of a fixed `all-balanced` mix. When those layouts together would not serve the demand (several
+classes sharing it unevenly), the needed nodes keep the optimum's layouts and only the others take the mix.
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ class Plan:
     """GPUs of free nodes the demand needs (the optimum; with `fill` more GPUs get layouts, as headroom)."""
     nodes_needed: int
     """Free nodes those GPUs take."""
+    optimal: bool = True
+    """False when the program hit its time limit: the best plan found, not proven the fewest GPUs."""
 
 
 class PlanError(ValueError):
@@ -117,8 +122,8 @@ def _residual(demand: Mapping[str, int], busy: Sequence[MigNode]) -> dict[str, i
     return {r: n for r, n in left.items() if n > 0}
 
 
-Solution = tuple[dict[tuple[int, Counts], int], dict[str, int]]
-"""GPUs per (class index, layout), and the instances left unserved."""
+Solution = tuple[dict[tuple[int, Counts], int], dict[str, int], bool]
+"""GPUs per (class index, layout), the instances left unserved, and whether HiGHS proved it optimal."""
 
 TIME_LIMIT = 20.0
 """Seconds HiGHS may search; the program has a few dozen variables per GPU model, whatever the node count, and
@@ -172,7 +177,7 @@ def _solve(demand: Mapping[str, int], classes: Sequence[_Class]) -> Solution:
     values = np.rint(result.x).astype(int)
     gpus = {col: int(values[x0 + i]) for i, col in enumerate(columns) if values[x0 + i]}
     unserved = {r: int(values[s0 + i]) for i, r in enumerate(resources) if values[s0 + i]}
-    return gpus, unserved
+    return gpus, unserved, result.status == 0
 
 
 def _layout_nodes(classes: Sequence[_Class], gpus: Mapping[tuple[int, Counts], int]) -> list[NodePlan]:
@@ -207,7 +212,7 @@ def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = Fa
     free = [n for n in nodes if n.free]
     residual = _residual(demand, busy)
     classes = _classes(free, set(residual))
-    gpus, unserved = _solve(residual, classes) if residual else ({}, {})
+    gpus, unserved, optimal = _solve(residual, classes) if residual else ({}, {}, True)
     plans = _layout_nodes(classes, gpus)
     gpus_needed, nodes_needed = sum(gpus.values()), len(plans)
     if fill and plans and not unserved:
@@ -221,6 +226,7 @@ def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = Fa
         idle=tuple(sorted(n.name for n in free if n.name not in planned)),
         gpus_needed=gpus_needed,
         nodes_needed=nodes_needed,
+        optimal=optimal,
     )
 
 

@@ -3,6 +3,7 @@ demands, busy nodes left alone, several GPU models, and the demand's mix spread 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from functools import cache
 
@@ -10,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupack.gpus import CATALOG
 from migplan.config import config_name, entries, mig_parted_config
-from migplan.geometry import Counts, check, counts_of, maximal_layouts
+from migplan.geometry import Counts, check, counts_of
 from migplan.solve import MigNode, Plan, PlanError, plan
+from tests.test_migplan_geometry import fits
 
 M = "nvidia.com/mig-"
 
@@ -156,15 +159,29 @@ PROFILES = ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb"]
 
 
 @cache
+def oracle_maximal(wanted: tuple[str, ...]) -> list[dict[str, int]]:
+    """Independent of `migplan.geometry`: every count vector of the wanted profiles the slice-by-slice oracle of
+    test_migplan_geometry places, kept when no wanted instance can be added."""
+    profiles = {p.name: p for p in CATALOG["A100-40GB"]}
+    ranges = [range(profiles[name].max_instances + 1) for name in wanted]
+    legal = [
+        counts
+        for combo in itertools.product(*ranges)
+        if any(combo) and fits(counts := {n: c for n, c in zip(wanted, combo, strict=True) if c}, profiles)
+    ]
+    return [c for c in legal if not any(fits({**c, w: c.get(w, 0) + 1}, profiles) for w in wanted)]
+
+
+@cache
 def fewest_gpus(asked: tuple[int, ...]) -> int:
-    """Oracle: the fewest A100-40GB GPUs covering `asked` (per PROFILES), by exhaustive search over layouts."""
+    """Oracle: the fewest A100-40GB GPUs covering `asked` (per PROFILES), by exhaustive search over the oracle's
+    maximal layouts."""
     if not any(asked):
         return 0
-    wanted = [p for p, n in zip(PROFILES, asked, strict=True) if n]
+    wanted = tuple(p for p, n in zip(PROFILES, asked, strict=True) if n)
     best = 10**9
-    for layout in maximal_layouts("A100-40GB", wanted):
-        have = dict(layout)
-        rest = tuple(max(0, n - have.get(p, 0)) for p, n in zip(PROFILES, asked, strict=True))
+    for layout in oracle_maximal(wanted):
+        rest = tuple(max(0, n - layout.get(p, 0)) for p, n in zip(PROFILES, asked, strict=True))
         if rest != asked:
             best = min(best, 1 + fewest_gpus(rest))
     return best
@@ -194,5 +211,10 @@ def test_every_plan_is_legal_and_accounts_for_every_instance(
     result = plan(asked, cluster, fill=fill)
     assert_legal_and_serving(result, asked)
     assert result.gpus_needed <= sum(n.gpus for n in cluster)
+    # an instance is left unserved only when every GPU that could hold its profile is already taken
+    for resource in result.unserved:
+        able = [n for n in cluster if resource.removeprefix(M) in {p.name for p in CATALOG[n.model]}]
+        planned = {p.node: p for p in result.nodes}
+        assert all(n.name in planned for n in able), (resource, result)
     names: list[Counts] = [layout for n in result.nodes for layout in n.per_gpu]
     assert all(layout for layout in names)  # no GPU of a planned node is left without instances
