@@ -6,7 +6,8 @@ every step of a subquery and the largest sum over the window is kept, all in Pro
 (through the report's Prometheus source, which also reaches Thanos, Mimir or VictoriaMetrics). It counts what
 pods asked under the layouts of the time: a labelled pod that got `2g.10gb` because no `1g.10gb` was offered is
 counted as a `2g.10gb`; the pods running now are sized again (`demand.cluster_demand`), and the plan serves the
-larger of the two per profile.
+larger of the two per profile. Init containers' requests (`kube_pod_init_container_resource_requests`) are not
+read: an init container asking a MIG instance of its own is rare, and it holds it only while the pod starts.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ KSM_TO_RESOURCE = {ksm_name(p.name): mig_resource(p.name) for profiles in CATALO
 
 def forecast_query(window: str, step: str = STEP) -> str:
     """The PromQL: per resource, the peak over `window` of the MIG instances requested by unfinished pods."""
+    # max by container first: two kube-state-metrics replicas (an HA pair) export every series twice
     requested = (
-        'sum by (resource) (kube_pod_container_resource_requests{resource=~"nvidia_com_mig_.+"} '
+        "sum by (resource) (max by (namespace, pod, container, resource) "
+        '(kube_pod_container_resource_requests{resource=~"nvidia_com_mig_.+"}) '
         "* on (namespace, pod) group_left () "
         'max by (namespace, pod) (kube_pod_status_phase{phase=~"Pending|Running"} == 1))'
     )

@@ -178,3 +178,4 @@ async def test_the_shipped_rbac_allows_every_request_an_apply_makes_and_no_more(
     assert not allowed(objects, "delete", "nodes", None, "a100-1")
     assert not allowed(objects, "get", "configmaps", "gpu-operator", "default-mig-parted-config")
     assert not allowed(objects, "get", "configmaps", "kube-system", CONFIG_MAP[1])
+    assert not allowed(objects, "create", "events", "ml", None)  # Node events only, in default

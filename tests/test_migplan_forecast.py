@@ -58,12 +58,13 @@ def write_history(path: Path) -> None:
     requests, phases = [], []
     for p in PODS:
         times = range(int(NOW - p.start), int(NOW - p.end) + 1, 60)
-        base = f'namespace="ml",pod="{p.pod}",job="kube-state-metrics"'
-        for t in times:
-            for container, resource, n in p.requests:
-                labels = f'{base},container="{container}",resource="{resource}",unit="integer"'
-                requests.append(f"kube_pod_container_resource_requests{{{labels}}} {n} {t}")
-            phases += [f'kube_pod_status_phase{{{base},phase="{ph}"}} {int(ph == p.phase)} {t}' for ph in PHASES]
+        for replica in ("ksm-0", "ksm-1"):  # an HA pair of kube-state-metrics: every series twice
+            base = f'namespace="ml",pod="{p.pod}",job="kube-state-metrics",instance="{replica}"'
+            for t in times:
+                for container, resource, n in p.requests:
+                    labels = f'{base},container="{container}",resource="{resource}",unit="integer"'
+                    requests.append(f"kube_pod_container_resource_requests{{{labels}}} {n} {t}")
+                phases += [f'kube_pod_status_phase{{{base},phase="{ph}"}} {int(ph == p.phase)} {t}' for ph in PHASES]
     path.write_text("\n".join([lines[0], *requests, lines[1], *phases, "# EOF", ""]))
 
 

@@ -44,7 +44,7 @@ def test_the_job_runs_the_plan_with_arguments_the_command_accepts(objects: list[
     (configmap,) = load_documents(ROOT / "examples" / "gpu-stack" / "mig-parted-config.yaml")
     where = f"{configmap['metadata']['namespace']}/{configmap['metadata']['name']}"
     assert args.mig_config_map == where
-    (role,) = [o for o in objects if o["kind"] == "Role"]
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "gpupack-mig-plan-layouts"]
     assert role["metadata"]["namespace"] == configmap["metadata"]["namespace"]
     assert role["rules"] == [
         {
