@@ -186,14 +186,54 @@ def plan_json(data: bytes | msgspec.Raw, namespace: str | None, ctx: MutationCon
     return plan_pod(pod, namespace, ctx)
 
 
+DECISIONS_KEPT = 256
+"""Decisions kept for pods of the same shape (`plan_pod`); the cache is emptied when it holds more."""
+MAX_SHAPE_BYTES = 8 * 1024
+"""The largest pod shape (msgpack bytes) whose decision is kept: a pod's is 1-2 KiB. With DECISIONS_KEPT this
+bounds the cache at a few MB, whatever a client sends."""
+_DECISIONS: dict[tuple[int, str | None, bytes], tuple[MutationContext, Decision]] = {}
+_SHAPE = msgspec.msgpack.Encoder()
+
+
+def shape_of(pod: Pod) -> bytes:
+    """The pod as the planner reads it, without its name: what every replica of one template has in common.
+
+    A controller creates its pods from one template, so a ReplicaSet scaling up, a Job's workers or a
+    StatefulSet's replicas reach the webhook as pods that differ only in `metadata.name` (and fields gpupack does
+    not decode, such as the uid). The decision does not read the name (a test holds it to that), so it is the same
+    for all of them.
+    """
+    meta = pod.metadata
+    if meta is not None and (meta.name is not None or meta.generate_name is not None):
+        pod = msgspec.structs.replace(pod, metadata=msgspec.structs.replace(meta, name=None, generate_name=None))
+    return _SHAPE.encode(pod)
+
+
 def plan_pod(pod: Pod, namespace: str | None, ctx: MutationContext) -> Decision:
     """`plan()` of a Pod already read (`gpupack.k8s.decode_pod`): the same checks in the same order, against the
-    pod's JSON form as the model holds it, which has every field they read and patch."""
+    pod's JSON form as the model holds it, which has every field they read and patch.
+
+    The decision is kept for the pod's shape (`shape_of`), its namespace and the context, and given again for the
+    next pod of that shape while the context is the same object. `WebhookState.context` makes a new context when
+    the policy, the cluster snapshot or the verdict on the scheduler changes, so a kept decision never outlives
+    what it was made from. Planning took about 31 µs of an admission's 49 µs on the recorded review; a kept one
+    costs the shape's encoding and a lookup. Kept decisions are shared: read them, never change them.
+    """
     doc = document(pod)
-    gated = _gate(doc, namespace, ctx)
+    gated = _gate(doc, namespace, ctx)  # first: a pod over the bounds is not even encoded
     if gated is not None:
         return gated
-    return _decide(pod, doc, ctx)
+    shape = shape_of(pod)
+    key = (id(ctx), namespace, shape)
+    kept = _DECISIONS.get(key)
+    if kept is not None and kept[0] is ctx:  # the context is held in the entry, so its id is not reused meanwhile
+        return kept[1]
+    decision = _decide(pod, doc, ctx)
+    if len(shape) <= MAX_SHAPE_BYTES:
+        if len(_DECISIONS) >= DECISIONS_KEPT:
+            _DECISIONS.clear()
+        _DECISIONS[key] = (ctx, decision)
+    return decision
 
 
 def _gate(raw: dict[str, Any], namespace: str | None, ctx: MutationContext) -> Decision | None:

@@ -53,7 +53,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BARE, GPUPACK = "bare aiohttp", "gpupack webhook"
 
 
-def wrk_script(body: str, delay_ms: float | None = None) -> str:
+NEW_SHAPE_LABEL = '"gpupack.io/workload"'
+"""The label the new-shape script puts a numbered label before: every review then carries a pod of its own shape."""
+
+
+def wrk_script(body: str, delay_ms: float | None = None, new_shapes: bool = False) -> str:
     """A wrk Lua script POSTing `body`; with `delay_ms`, each connection pauses that long on average between requests.
 
     The pause is drawn from an exponential distribution (mean `delay_ms`), so requests arrive like independent pod
@@ -63,6 +67,20 @@ def wrk_script(body: str, delay_ms: float | None = None) -> str:
     to whole milliseconds; adding a uniform [0, 1) before truncating keeps the mean.
     """
     script = f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = {json.dumps(body)}\n'
+    if new_shapes:
+        # a label `bench.gpupack.io/n: "<request number>"` in every pod: no two reviews of the run share a shape,
+        # so the webhook plans every admission (its kept decisions, `webhook.mutate.plan_pod`, never apply)
+        if NEW_SHAPE_LABEL not in body:
+            raise ValueError(f"the recorded review has no {NEW_SHAPE_LABEL} label to number pods before")
+        script += (
+            "local n = 0\n"
+            "request = function()\n"
+            "  n = n + 1\n"
+            f"  local b = string.gsub(wrk.body, {json.dumps(NEW_SHAPE_LABEL.replace('.', '%.'))}, "
+            f"'\"bench.gpupack.io/n\":\"' .. n .. '\",' .. {json.dumps(NEW_SHAPE_LABEL)}, 1)\n"
+            "  return wrk.format(nil, nil, nil, b)\n"
+            "end\n"
+        )
     if delay_ms is not None:
         script += (
             "function delay()\n"
@@ -160,6 +178,8 @@ def main() -> int:
         scripts = {"saturation": work / "post.lua", "paced": work / "paced.lua"}
         scripts["saturation"].write_text(wrk_script(body))
         scripts["paced"].write_text(wrk_script(body, delay_ms))
+        new_shapes = work / "new-shapes.lua"
+        new_shapes.write_text(wrk_script(body, new_shapes=True))
         cert, key = str(work / "tls.crt"), str(work / "tls.key")
         python = sys.executable
         bare_port, gpupack_port, api_port = free_port(), free_port(), free_port()
@@ -192,6 +212,7 @@ def main() -> int:
                         for name, server in servers.items()
                     }
                 )
+                rounds[-1][GPUPACK]["new shapes"] = servers[GPUPACK].run(new_shapes, args.connections, args.duration)
         finally:
             for server in servers.values():
                 server.stop()
@@ -213,12 +234,20 @@ def main() -> int:
     ratio, ratio_low, ratio_high = median_and_range(ratios)
     cpu_ratio, cpu_low, cpu_high = median_and_range(cpu_ratios)
     p99, p99_low, p99_high = median_and_range(p99s)
+    planned = [r[GPUPACK]["new shapes"]["rps"] / r[BARE]["saturation"]["rps"] for r in rounds]
+    planned_cpu = [r[GPUPACK]["new shapes"]["cpu_us"] for r in rounds]
     errors = sum(r[n][k]["non_2xx"] + r[n][k]["socket_errors"] for r in rounds for n in r for k in r[n])
     print(
         f"\ngpupack / bare throughput at saturation, median of {len(rounds)} rounds: {ratio:.0%} "
         f"({ratio_low:.0%}-{ratio_high:.0%}; target >= 50%) {'PASS' if ratio >= 0.50 else 'FAIL'}"
     )
     print(f"  by server CPU per request: {cpu_ratio:.0%} ({cpu_low:.0%}-{cpu_high:.0%})")
+    share, share_low, share_high = median_and_range(planned)
+    cpu_planned, _, _ = median_and_range(planned_cpu)
+    print(
+        f"  with a new pod shape in every review (every admission planned, none kept): {share:.0%} "
+        f"({share_low:.0%}-{share_high:.0%}), {cpu_planned:.0f} µs CPU per request"
+    )
     print(
         f"gpupack p99 at {args.rate:g} req/s, median: {p99:.2f} ms ({p99_low:.2f}-{p99_high:.2f}; target <= 3 ms) "
         f"{'PASS' if p99 <= 3.0 else 'FAIL'}"
@@ -234,6 +263,8 @@ def main() -> int:
         "ratios": ratios,
         "cpu_ratio": cpu_ratio,
         "cpu_ratios": cpu_ratios,
+        "new_shapes_ratio": share,
+        "new_shapes_ratios": planned,
         "paced_p99_ms": p99,
         "paced_p99s_ms": p99s,
         "rate": args.rate,

@@ -15,12 +15,16 @@ envelope       the body to the AdmissionReview's fields the webhook reads, check
 pod fields     the object's text to the Pod fields the planner reads, checked and typed (`gpupack.k8s.decode_pod`)
 pod document   the JSON form of those fields, which the patch is built on (`gpupack.k8s.document`)
 pod bounds     the counts `webhook.bounds` caps, on that document
-decision       `webhook.mutate.plan_pod()`: the document, the bounds and the decision with its patch operations
-plan           `webhook.mutate.plan_json()`: all of the above from the object's text
+pod shape      the pod's shape, the key its decision is kept under (`webhook.mutate.shape_of`)
+decision       `webhook.mutate.plan_pod()`: the document, the bounds and the decision with its patch operations,
+               kept from the last admission of this shape (the benchmark sends one review again and again)
+planned        the same with the kept decisions dropped first: the decision made, as for a pod of a new shape
+plan           `webhook.mutate.plan_json()`: all of the above from the object's text (kept decision)
 response       the AdmissionReview answer: base64 JSON Patch, warnings, audit annotations (`build_response`)
 encode         the answer to JSON bytes and an aiohttp Response
 metrics        the admission, mutation and latency counters
 in-process     all of the above as the handler does it, from body bytes to Response (`_respond` after parsing)
+in-process, planned  the same with the kept decisions dropped first
 handler        the aiohttp handler end to end on a prepared request whose body has arrived
 bare handler   the bare benchmark server's handler (read the body, answer a fixed review), for comparison
 """
@@ -49,8 +53,9 @@ from gpupack.kube import ClusterFactsCache, facts_from_lists
 from gpupack.lease_cache import LeaseCache
 from gpupack.policy_store import PolicyStore
 from webhook import app as webhook_app
+from webhook import mutate
 from webhook.bounds import too_large
-from webhook.mutate import MutationContext, plan_json, plan_pod
+from webhook.mutate import MutationContext, plan_json, plan_pod, shape_of
 from webhook.review import build_response, parse_review
 
 Stage = Callable[[], Awaitable[None]]
@@ -159,16 +164,27 @@ async def stages(app: web.Application, body: bytes, number: int) -> dict[str, tu
         "pod fields": (loop(lambda: decode_pod(text)), nothing),
         "pod document": (loop(lambda: document(pod)), nothing),
         "pod bounds": (loop(lambda: too_large(doc)), nothing),
+        "pod shape": (loop(lambda: shape_of(pod)), nothing),
         "decision": (loop(lambda: plan_pod(pod, namespace, context)), nothing),
+        "planned": (loop(lambda: (forget(), plan_pod(pod, namespace, context))), nothing),
         "plan": (loop(lambda: plan_json(text, namespace, context)), nothing),
         "response": (loop(lambda: build_response(request.uid, decision)), nothing),
         "encode": (loop(lambda: webhook_app._json(200, payload)), nothing),
         "metrics": (loop(record), nothing),
         "in-process": (loop(lambda: webhook_app._respond(state, parse_review(body), False, 0.0)), nothing),
+        "in-process, planned": (
+            loop(lambda: (forget(), webhook_app._respond(state, parse_review(body), False, 0.0))),
+            nothing,
+        ),
         "handler": (handler(webhook_app.mutate), prepare),
         "bare handler": (handler(bare.mutate), prepare),
     }
     return table
+
+
+def forget() -> None:
+    """Drop the kept decisions: the next admission is planned."""
+    mutate._DECISIONS.clear()
 
 
 def _us(values: list[int], number: int) -> float:
