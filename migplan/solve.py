@@ -199,8 +199,8 @@ def _layout_nodes(classes: Sequence[_Class], gpus: Mapping[tuple[int, Counts], i
 def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = False) -> Plan:
     """The layouts for `nodes` that serve `demand` (instances per MIG resource) with the fewest GPUs, then nodes.
 
-    Busy nodes (`free=False`) are kept as they are. With `fill`, every free node of the models in use gets a
-    layout: the demand's mix scaled up to what the free GPUs hold (see the module's docstring).
+    Busy nodes (`free=False`) are kept as they are. With `fill`, every free node of a model with a demanded profile
+    gets a layout in the demand's mix (see the module's docstring).
     """
     bad = {r: n for r, n in demand.items() if not r.startswith(PROFILE_PREFIX) or n < 0}
     if bad:
@@ -213,7 +213,7 @@ def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = Fa
     residual = _residual(demand, busy)
     classes = _classes(free, set(residual))
     gpus, unserved, optimal = _solve(residual, classes) if residual else ({}, {}, True)
-    plans = _layout_nodes(classes, gpus)
+    plans = _unchanged_first(_layout_nodes(classes, gpus), classes)
     gpus_needed, nodes_needed = sum(gpus.values()), len(plans)
     if fill and plans and not unserved:
         plans = _filled(residual, classes, plans)
@@ -228,6 +228,27 @@ def plan(demand: Mapping[str, int], nodes: Sequence[MigNode], *, fill: bool = Fa
         nodes_needed=nodes_needed,
         optimal=optimal,
     )
+
+
+def _unchanged_first(plans: list[NodePlan], classes: Sequence[_Class]) -> list[NodePlan]:
+    """The same layouts, each given to a free node of its class that already offers exactly its instances when
+    there is one, the others to the remaining nodes in name order: planning again after the cluster changed moves
+    no layout from a node that holds it to one that does not (two relabels, two reconfigurations, for nothing)."""
+    out: list[NodePlan] = []
+    for cls in classes:
+        layouts = [p.per_gpu for p in plans if p.model == cls.model and len(p.per_gpu) == cls.gpus]
+        owners: dict[str, tuple[Counts, ...]] = {}
+        for node in cls.nodes:
+            match = next((lay for lay in layouts if instances(lay) == dict(sorted(node.offered.items()))), None)
+            if match is not None:
+                owners[node.name] = match
+                layouts.remove(match)
+        rest = iter(layouts)
+        for node in cls.nodes:
+            layout = owners.get(node.name) or next(rest, None)
+            if layout is not None:
+                out.append(NodePlan(node.name, cls.model, layout))
+    return out
 
 
 def _filled(residual: Mapping[str, int], classes: Sequence[_Class], needed: list[NodePlan]) -> list[NodePlan]:

@@ -218,3 +218,14 @@ def test_every_plan_is_legal_and_accounts_for_every_instance(
         assert all(n.name in planned for n in able), (resource, result)
     names: list[Counts] = [layout for n in result.nodes for layout in n.per_gpu]
     assert all(layout for layout in names)  # no GPU of a planned node is left without instances
+
+
+def test_a_node_that_already_holds_a_planned_layout_keeps_it() -> None:
+    """Planning again after the cluster changed moves no layout from the node that holds it to another."""
+    balanced = {M + "1g.5gb": 16, M + "2g.10gb": 8, M + "3g.20gb": 8}
+    cluster = [*nodes(2), MigNode("a3", "A100-40GB", 8, True, "all-balanced", balanced)]
+    result = plan(demand(**{"1g_5gb": 16, "2g_10gb": 8, "3g_20gb": 8}), cluster)
+    assert [(n.node, config_name(n)) for n in result.nodes] == [("a3", "all-balanced")]
+    assert result.idle == ("a1", "a2")
+    # without such a node, the first by name
+    assert [n.node for n in plan(demand(**{"1g_5gb": 16, "2g_10gb": 8, "3g_20gb": 8}), nodes(3)).nodes] == ["a1"]
