@@ -34,7 +34,7 @@ import numpy as np
 
 from extender.demand import PodDemand
 from extender.inventory import CPU, MEMORY
-from extender.packing import ABSENT, Ask, order_key, packed_scores, stays_open, tie_key
+from extender.packing import ABSENT, Ask, order_key, packed_scores, partial_gpus, stays_open, tie_key
 from extender.snapshot import NodeSnapshot
 from extender.typical import ShapeBook, ask_of
 from gpupack import contract
@@ -163,7 +163,7 @@ def _orders(ask: Ask, keys: list[OrderKey], book: ShapeBook) -> None:
     score, _ = packed_scores(book.shapes, ask, model, cpu, gpus)
     in_use = np.array([key[4] for key in keys], dtype=np.int64)
     count = np.array([key[6] for key in keys], dtype=np.int64)
-    tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, in_use, book.rho, count)
+    tie = tie_key(ask, np.maximum(gpus, 0).sum(axis=1), cpu, in_use, book.rho, count, partial_gpus(gpus))
     open_first = None
     if keys[0][7]:  # keepEmptyNodes
         requested = np.array([not key[5] for key in keys], dtype=np.bool_)

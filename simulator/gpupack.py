@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from extender.fragmentation import TypicalShapes
-from extender.packing import MILLI, cpu_per_gpu, order_key, packed_scores, stays_open, tie_key
+from extender.packing import MILLI, cpu_per_gpu, order_key, packed_scores, partial_gpus, stays_open, tie_key
 from simulator.cluster import ClusterState, Placement
 from simulator.fgd import ShapeScoreCache, ask_of, place_on
 from simulator.policy import Bools, Ints, Policy, PolicyContext
@@ -38,7 +38,15 @@ class GpupackPolicy:
     def _order(self, pod: PodRecord, state: ClusterState, nodes: Ints, score: Ints) -> Ints:
         ask = ask_of(pod)
         count = state.gpu_count[nodes]
-        tie = tie_key(ask, state.gpu_left[nodes], state.cpu_free[nodes], state.pod_count[nodes], self.rho, count)
+        tie = tie_key(
+            ask,
+            state.gpu_left[nodes],
+            state.cpu_free[nodes],
+            state.pod_count[nodes],
+            self.rho,
+            count,
+            partial_gpus(state.gpu_free[nodes]),
+        )
         open_first = None
         if self.keep_empty_nodes:
             open_first = stays_open(ask, state.gpu_left[nodes] < count * MILLI, count)

@@ -6,6 +6,7 @@ import numpy as np
 
 from extender.fragmentation import typical_shapes
 from extender.packing import (
+    ABSENT,
     NO_FIT,
     TIE_SPAN,
     Ask,
@@ -15,6 +16,7 @@ from extender.packing import (
     order_key,
     packed_gpu,
     packed_scores,
+    partial_gpus,
     stays_open,
     tie_key,
 )
@@ -59,24 +61,37 @@ def test_a_replica_is_scored_on_the_gpu_the_device_plugin_gives_it() -> None:
 
 def test_tie_keys_by_pod_kind() -> None:
     gpu_left, cpu_free, pods = ints(0, 3000, 8000), ints(16_000, 16_000, 64_000), ints(4, 1, 0)
-    count = ints(8, 4, 8)
+    count, partial = ints(8, 4, 8), ints(0, 2, 0)
     rho = cpu_per_gpu(SHAPES)  # (6 * 2000 + 4 * 8000) / (6 * 500 + 4 * 1000) = 44,000 / 7,000 milli-cores per milli-GPU
     assert abs(rho - 44_000 / 7_000) < 1e-9
     # CPU-only: the share of the GPUs free in eighths (0, 6 of 8, all 8), then whole GPUs free (0, 3, 8):
     # (8 - 0) * 17 + (16 - 0), (8 - 6) * 17 + (16 - 3), (8 - 8) * 17 + (16 - 8)
-    cpu_only = tie_key(Ask(1000, 0, 0), gpu_left, cpu_free, pods, rho, count)
+    cpu_only = tie_key(Ask(1000, 0, 0), gpu_left, cpu_free, pods, rho, count, partial)
     assert cpu_only.tolist() == [152, 47, 8]
     # A share, not a count: an 8-GPU node with 3 GPUs free (5/8 used) before a 2-GPU node with both free.
-    assert tie_key(Ask(1000, 0, 0), ints(3000, 2000), ints(8000, 8000), ints(3, 0), rho, ints(8, 2)).tolist() == [
-        (8 - 3) * 17 + 13,
-        0 * 17 + 14,
-    ]
-    assert tie_key(Ask(2000, 500, 1), gpu_left, cpu_free, pods, rho, count).tolist() == [1, 1, 0]  # a node in use
+    two = tie_key(Ask(1000, 0, 0), ints(3000, 2000), ints(8000, 8000), ints(3, 0), rho, ints(8, 2), ints(0, 0))
+    assert two.tolist() == [(8 - 3) * 17 + 13, 0 * 17 + 14]
+    assert tie_key(Ask(2000, 500, 1), gpu_left, cpu_free, pods, rho, count, partial).tolist() == [1, 1, 0]  # in use
     # One GPU with 8 cores: node 1 keeps 2000 milli-GPU and 8000 milli-cores, which feed 8000 / rho = 1272.7 of
-    # it: 727.3 stranded. Node 2 keeps 7000 with 56,000 cores (feeds 8909): nothing stranded. Then a node in use.
-    one = tie_key(Ask(8000, 1000, 1), gpu_left[1:], cpu_free[1:], pods[1:], rho, count[1:])
-    assert one.tolist() == [int(999 - (2000 - 8000 / rho)) * 2 + 1, 999 * 2] == [543, 1998]
-    assert tie_key(Ask(16_000, 1000, 2), gpu_left, cpu_free, pods, rho, count).tolist() == [0, 0, 0]  # FGD alone
+    # it: 727.3 stranded, 2 quarters of a GPU. Node 2 keeps 7000 with 56,000 cores (feeds 8909): nothing
+    # stranded. Then a node in use.
+    one = tie_key(Ask(8000, 1000, 1), gpu_left[1:], cpu_free[1:], pods[1:], rho, count[1:], partial[1:])
+    assert one.tolist() == [((3 - 2) * 2 + 1) * 1000 + 999 - 727, (3 * 2 + 0) * 1000 + 999] == [3272, 6999]
+    # Nodes a few milli-GPU of stranding apart (727.3 and 743.2: 2 quarters each) tie on quarters; the node in use
+    # wins, though it strands 16 milli-GPU more; between two empty nodes the one that strands less.
+    near = tie_key(Ask(8000, 1000, 1), ints(3000, 3000), ints(16_000, 15_900), ints(0, 1), rho, ints(4, 4), ints(0, 0))
+    assert near.tolist() == [(1 * 2 + 0) * 1000 + 999 - 727, (1 * 2 + 1) * 1000 + 999 - 743]
+    both_empty = tie_key(
+        Ask(8000, 1000, 1), ints(3000, 3000), ints(16_000, 15_900), ints(0, 0), rho, ints(4, 4), ints(0, 0)
+    )
+    assert both_empty[0] > both_empty[1]
+    # Multi-GPU: the fewest partly used GPUs.
+    assert tie_key(Ask(16_000, 1000, 2), gpu_left, cpu_free, pods, rho, count, partial).tolist() == [16, 14, 16]
+
+
+def test_partly_used_gpus_are_counted_per_node() -> None:
+    gpus = np.array([[1000, 500, 0, ABSENT], [250, 250, 1000, 1000], [0, 0, ABSENT, ABSENT]], dtype=np.int64)
+    assert partial_gpus(gpus).tolist() == [1, 2, 0]
 
 
 def test_the_order_puts_fgd_first_then_the_tie_key_and_open_nodes_before_both() -> None:
