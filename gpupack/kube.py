@@ -400,60 +400,46 @@ class KubeNodeOps:
         except Exception as exc:
             raise _call_failed(what, exc) from exc
 
-    def get_node(self, name: str) -> dict[str, Any] | None:
-        """The node's JSON, or None when it does not exist."""
+    def _found(self, what: str, call: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+        """One object's JSON, or None when the API server answers 404."""
         try:
-            node: dict[str, Any] = self._raw(f"GET node {name}", self._core.read_node, name)
-        except KubeCallFailed as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return node
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        """Every node (paginated)."""
-        try:
-            return [
-                item
-                for page, _ in list_pages(self._core.list_node, request_timeout=self._request_timeout)
-                for item in page
-            ]
-        except Exception as exc:
-            raise _call_failed("LIST nodes", exc) from exc
-
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
-        """The pods bound to `node`, in every namespace (field selector `spec.nodeName`)."""
-        try:
-            pages = list_pages(
-                lambda **kw: self._core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}", **kw),
-                request_timeout=self._request_timeout,
-            )
-            return [item for page, _ in pages for item in page]
-        except Exception as exc:
-            raise _call_failed(f"LIST pods on {node}", exc) from exc
-
-    def list_pods(self) -> list[dict[str, Any]]:
-        """Every pod of every namespace (paginated): what the planner counts as demand."""
-        try:
-            return [
-                item
-                for page, _ in list_pages(self._core.list_pod_for_all_namespaces, request_timeout=self._request_timeout)
-                for item in page
-            ]
-        except Exception as exc:
-            raise _call_failed("LIST pods", exc) from exc
-
-    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """A ConfigMap's JSON, or None when it does not exist (the MIG manager's layouts live in one)."""
-        try:
-            found: dict[str, Any] = self._raw(
-                f"GET configmap {namespace}/{name}", self._core.read_namespaced_config_map, name, namespace
-            )
+            found: dict[str, Any] = self._raw(what, call, *args)
         except KubeCallFailed as exc:
             if exc.status == 404:
                 return None
             raise
         return found
+
+    def _every(self, what: str, call: Callable[..., Any]) -> list[dict[str, Any]]:
+        """Every item of a list call, page by page."""
+        try:
+            return [item for page, _ in list_pages(call, request_timeout=self._request_timeout) for item in page]
+        except Exception as exc:
+            raise _call_failed(what, exc) from exc
+
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """The node's JSON, or None when it does not exist."""
+        return self._found(f"GET node {name}", self._core.read_node, name)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every node (paginated)."""
+        return self._every("LIST nodes", self._core.list_node)
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The pods bound to `node`, in every namespace (field selector `spec.nodeName`)."""
+        selector = f"spec.nodeName={node}"
+        return self._every(
+            f"LIST pods on {node}",
+            lambda **kw: self._core.list_pod_for_all_namespaces(field_selector=selector, **kw),
+        )
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        """Every pod of every namespace (paginated): what the planner counts as demand."""
+        return self._every("LIST pods", self._core.list_pod_for_all_namespaces)
+
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap's JSON, or None when it does not exist (the MIG manager's layouts live in one)."""
+        return self._found(f"GET configmap {namespace}/{name}", self._core.read_namespaced_config_map, name, namespace)
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
         """Apply a JSON merge patch to the node; its new JSON."""

@@ -12,6 +12,7 @@ The module is imported to build every `gpupack` command's parser: what the plann
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -157,8 +158,9 @@ def _policy(args: argparse.Namespace) -> Policy:
     return load_policy_file(args.config).policy if args.config is not None else Policy()
 
 
-def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
-    """The demand and the MIG nodes from the source the command line names, raised by the forecast."""
+def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | None) -> Inputs:
+    """The demand and the MIG nodes from the source the command line names (`ops` for a live cluster), raised by
+    the forecast."""
     from migplan.demand import cluster_demand, mig_nodes, read_forecast, with_forecast
 
     if args.scenario is not None:
@@ -173,10 +175,9 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
     else:
         from report.cluster import from_objects, read_cluster_file
 
-        if args.cluster:
+        if ops is None:
             cluster = read_cluster_file(args.cluster)
         else:
-            ops = node_ops(args)
             objects = [{**n, "kind": "Node"} for n in ops.list_nodes()]
             cluster = from_objects(objects + [{**p, "kind": "Pod"} for p in ops.list_pods()], "the cluster")
         nodes, skipped = mig_nodes(cluster, policy, whole_gpu_nodes=args.include_whole_gpu_nodes)
@@ -201,10 +202,12 @@ def read_inputs(args: argparse.Namespace, policy: Policy) -> Inputs:
     return Inputs(demand, nodes, source, skipped, whole_gpus)
 
 
-def node_ops(args: argparse.Namespace) -> KubeNodeOps:
-    """The API calls through the kubeconfig or the pod's service account."""
+def node_ops(args: argparse.Namespace) -> KubeNodeOps | None:
+    """The API calls through the kubeconfig or the pod's service account; None without a live cluster."""
     from gpupack.kube import KubeNodeOps, api_client
 
+    if args.kubeconfig is None and not args.in_cluster:
+        return None
     return KubeNodeOps(api_client(args.kubeconfig, args.in_cluster))
 
 
@@ -291,27 +294,27 @@ def read_config_map(ops: KubeNodeOps, where: str) -> dict[str, Any]:
     return found
 
 
-def output_document(args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
-    """What `--output` writes: with `--mig-config-map` on a live cluster, that ConfigMap with the plan's layouts
-    added (ready for `kubectl apply -f`); else the mig-parted document of the plan's layouts alone."""
+def output_document(plan: Plan, config_map: dict[str, Any] | None) -> dict[str, Any]:
+    """What `--output` writes: with the MIG manager's ConfigMap (`--mig-config-map` on a live cluster), that
+    ConfigMap with the plan's layouts added (ready for `kubectl apply -f`); else the mig-parted document of the
+    plan's layouts alone."""
     from migplan.config import merged_config_map, mig_parted_config
 
-    if args.mig_config_map is not None and (args.kubeconfig is not None or args.in_cluster):
-        return merged_config_map(read_config_map(node_ops(args), args.mig_config_map), plan.nodes)
+    if config_map is not None:
+        return merged_config_map(config_map, plan.nodes)
     return mig_parted_config(plan.nodes)
 
 
-def apply(args: argparse.Namespace, plan: Plan) -> ApplyReport:
+def apply(args: argparse.Namespace, plan: Plan, ops: KubeNodeOps, config_map: dict[str, Any] | None) -> ApplyReport:
     """Relabel the planned nodes (`migplan.apply`), after checking the MIG manager knows every name."""
     from migplan.apply import ApplyMetrics, apply_plan, write_metrics
     from migplan.apply_steps import ApplyOptions, Relabel
     from migplan.config import CUSTOM_PREFIX, config_name, mig_parted_document
 
-    ops = node_ops(args)
     names = {config_name(n) for n in plan.nodes}
     custom = sorted(n for n in names if n.startswith(CUSTOM_PREFIX))
-    if args.mig_config_map is not None:
-        known = mig_parted_document(read_config_map(ops, args.mig_config_map))["mig-configs"]
+    if config_map is not None:
+        known = mig_parted_document(config_map)["mig-configs"]
         absent = sorted(names - set(known))
         if absent:
             raise ValueError(
@@ -336,15 +339,14 @@ def apply(args: argparse.Namespace, plan: Plan) -> ApplyReport:
 
 def compare(args: argparse.Namespace, plan: Plan) -> str:
     """The day under every stock layout of the MIG model and under the plan, as a table (or JSON)."""
-    import os
-
     from migplan.config import config_name
+    from simulator.cli import available_cores
     from simulator.day_scenario import load_scenario
     from simulator.mig_layouts import compare_layouts, render_table, stock_candidates
 
     scenario = load_scenario(args.scenario)
     planned = {n.node: (config_name(n), n.per_gpu) for n in plan.nodes}
-    jobs = args.jobs if args.jobs is not None else len(os.sched_getaffinity(0))
+    jobs = args.jobs if args.jobs is not None else available_cores()
     results = compare_layouts(scenario, {**stock_candidates(), "mig-plan": planned}, jobs=jobs)
     return json.dumps(results, indent=2) if args.json else render_table(results) + "\n"
 
@@ -367,10 +369,19 @@ def run(args: argparse.Namespace) -> int:
     if args.max_unavailable > 1:
         raise ValueError(f"--max-unavailable is a fraction of the MIG nodes, from 0 to 1, not {args.max_unavailable}")
     policy = _policy(args)
-    inputs = read_inputs(args, policy)
+    ops = node_ops(args)
+    inputs = read_inputs(args, policy, ops)
     result = plan(inputs.demand, inputs.nodes, fill=args.fill)
+
+    @functools.cache
+    def config_map() -> dict[str, Any] | None:
+        """The MIG manager's ConfigMap, read once, when `--output` or `--apply` first needs it."""
+        if ops is None or args.mig_config_map is None:
+            return None
+        return read_config_map(ops, args.mig_config_map)
+
     if args.output is not None:
-        args.output.write_text(yaml.safe_dump(output_document(args, result), sort_keys=False))
+        args.output.write_text(yaml.safe_dump(output_document(result, config_map()), sort_keys=False))
     if args.compare:
         sys.stdout.write(compare(args, result))
         return 1 if result.unserved else 0
@@ -380,7 +391,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(result, inputs))
     if not args.apply:
         return 1 if result.unserved else 0
-    report = apply(args, result)
+    assert ops is not None  # --apply was refused above without a live cluster
+    report = apply(args, result, ops, config_map())
     if args.json:
         applied = [
             {"node": r.node, "config": r.config, "outcome": r.outcome, "message": r.message} for r in report.results

@@ -27,6 +27,7 @@ from gpupack import contract
 from gpupack.gpus import CATALOG
 from gpupack.kube import facts_from_lists
 from gpupack.policy import Policy
+from migplan.geometry import compute_slices
 from migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
 from migplan.solve import PROFILE_PREFIX, MigNode, PlanError
 from migplan.stock import DISABLED
@@ -87,7 +88,7 @@ def sizing_context(policy: Policy, models: Iterable[str]) -> MutationContext:
         contract.mig_resource(p.name): "1"
         for m in sorted(set(models))
         for p in CATALOG[m]
-        if p.compute_slices < max(q.compute_slices for q in CATALOG[m])
+        if p.compute_slices < compute_slices(m)
     }
     node = {"metadata": {"name": "mig-plan"}, "status": {"allocatable": offered}}
     return MutationContext(policy, "mig-plan", facts_from_lists(None, {"items": [node]}))
@@ -156,9 +157,12 @@ def cluster_demand(cluster: Cluster, policy: Policy, nodes: Iterable[MigNode]) -
         where = (pod.get("spec") or {}).get("nodeName")
         if where and where not in mig:
             continue
-        held = pod_demand(pod, context, resize=False)
-        resize = not where or (mig[where].free and any(r.startswith(PROFILE_PREFIX) for r in held))
-        asked = pod_demand(pod, context, resize=True) if resize else held
+        if not where:
+            asked = pod_demand(pod, context, resize=True)
+        else:
+            asked = pod_demand(pod, context, resize=False)
+            if mig[where].free and any(r.startswith(PROFILE_PREFIX) for r in asked):
+                asked = pod_demand(pod, context, resize=True)
         for resource, n in asked.items():
             if resource.startswith(PROFILE_PREFIX):
                 total[resource] = total.get(resource, 0) + n

@@ -239,7 +239,7 @@ def _unchanged_first(plans: list[NodePlan], classes: Sequence[_Class]) -> list[N
         layouts = [p.per_gpu for p in plans if p.model == cls.model and len(p.per_gpu) == cls.gpus]
         owners: dict[str, tuple[Counts, ...]] = {}
         for node in cls.nodes:
-            match = next((lay for lay in layouts if instances(lay) == dict(sorted(node.offered.items()))), None)
+            match = next((lay for lay in layouts if instances(lay) == dict(node.offered)), None)
             if match is not None:
                 owners[node.name] = match
                 layouts.remove(match)

@@ -16,8 +16,12 @@ __all__ = ["FakeApiServer", "status_body", "write_kubeconfig"]
 LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
 
 
-def status_body(code: int, reason: str, message: str, name: str) -> dict[str, Any]:
-    """A metav1.Status as kube-apiserver sends it with an error code."""
+def status_body(
+    code: int, reason: str, message: str, name: str, group: str = "coordination.k8s.io", kind: str = "leases"
+) -> dict[str, Any]:
+    """A metav1.Status as kube-apiserver sends it with an error code (no `group` in its details for the core
+    group's resources)."""
+    details = {"name": name, **({"group": group} if group else {}), "kind": kind}
     return {
         "kind": "Status",
         "apiVersion": "v1",
@@ -25,7 +29,7 @@ def status_body(code: int, reason: str, message: str, name: str) -> dict[str, An
         "status": "Failure",
         "message": message,
         "reason": reason,
-        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"},
+        "details": details,
         "code": code,
     }
 

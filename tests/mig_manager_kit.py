@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from tests.kube_kit import write_kubeconfig
+from tests.kube_kit import status_body, write_kubeconfig
 
 __all__ = ["Call", "FakeMigCluster", "Mode", "gpu_pod", "mig_node", "write_kubeconfig"]
 
@@ -123,17 +123,7 @@ def merge(target: Any, patch: Any) -> Any:
 
 
 def status(code: int, reason: str, message: str, name: str = "", kind: str = "nodes") -> web.Response:
-    body = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "details": {"name": name, "kind": kind},
-        "code": code,
-    }
-    return web.json_response(body, status=code)
+    return web.json_response(status_body(code, reason, message, name, group="", kind=kind), status=code)
 
 
 @dataclass

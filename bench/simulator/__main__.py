@@ -30,6 +30,7 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpupack.argtypes import positive_int  # noqa: E402
+from simulator.cli import available_cores  # noqa: E402
 from simulator.policies import POLICIES  # noqa: E402
 from simulator.protocol import SeedRun  # noqa: E402
 from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
@@ -144,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    jobs = args.jobs or len(os.sched_getaffinity(0))
+    jobs = args.jobs or available_cores()
     shipped = pod_variants(default_trace_dir())
     chosen = {"all": shipped, "stress": list(STRESS), "all+stress": shipped + list(STRESS)}
     variants = chosen.get(args.variant, [args.variant])
