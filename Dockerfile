@@ -6,11 +6,6 @@ COPY gpupack ./gpupack
 COPY webhook ./webhook
 COPY extender ./extender
 COPY certs ./certs
-COPY demo ./demo
-COPY simulator ./simulator
-COPY report ./report
-COPY monitoring ./monitoring
-COPY migplan ./migplan
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim

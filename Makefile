@@ -73,7 +73,7 @@ bench-simulator: $(VENV)/.test-deps
 	$(BIN)/python -m bench.simulator --cpu 0
 
 monitoring: $(VENV)/.test-deps
-	$(BIN)/python -m monitoring
+	$(BIN)/python -m gpupack.monitoring
 
 bench-report: $(VENV)/.test-deps system-deps
 	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report

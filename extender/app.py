@@ -17,14 +17,16 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from extender.demand import DemandError, RequestsCache, demand_of
-from extender.informer import InformerCounters
-from extender.live import EMPTY, LiveMetrics
-from extender.metrics import ExtenderMetrics
-from extender.state import ClusterState
-from extender.typical import ShapeBook
-from extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
-from extender.wire import (
+from gpupack.core.policy_store import PolicyStore
+from gpupack.core.server import BodyError, add_standard_routes, read_body
+from gpupack.extender.demand import DemandError, RequestsCache, demand_of
+from gpupack.extender.informer import InformerCounters
+from gpupack.extender.live import EMPTY, LiveMetrics
+from gpupack.extender.metrics import ExtenderMetrics
+from gpupack.extender.state import ClusterState
+from gpupack.extender.typical import ShapeBook
+from gpupack.extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
+from gpupack.extender.wire import (
     MAX_CANDIDATES,
     MAX_DECODED_BYTES,
     ArgsError,
@@ -33,8 +35,6 @@ from extender.wire import (
     parse_args,
     priority_list,
 )
-from gpupack.policy_store import PolicyStore
-from gpupack.server import BodyError, add_standard_routes, read_body
 
 log = logging.getLogger(__name__)
 

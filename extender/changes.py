@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from extender.demand import FINISHED_PHASES, RequestsCache, pod_key, pod_requests
-from extender.inventory import NodeRecord, node_from_json
-from extender.state import ClusterState, Requests
-from gpupack.kube import Kind
-from gpupack.policy import Policy
+from gpupack.core.kube import Kind
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import FINISHED_PHASES, RequestsCache, pod_key, pod_requests
+from gpupack.extender.inventory import NodeRecord, node_from_json
+from gpupack.extender.state import ClusterState, Requests
 
 log = logging.getLogger(__name__)
 

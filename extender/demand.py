@@ -13,11 +13,11 @@ from typing import Any
 
 import orjson
 
-from extender.inventory import CPU, MEMORY
-from extender.state import Requests
-from gpupack import contract
-from gpupack.policy import Policy, WorkloadClass
-from gpupack.quantity import QuantityError, parse_quantity
+from gpupack.core import contract
+from gpupack.core.policy import Policy, WorkloadClass
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.extender.inventory import CPU, MEMORY
+from gpupack.extender.state import Requests
 
 
 class DemandError(ValueError):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.demand import PodDemand
-from extender.snapshot import NodeSnapshot
-from gpupack.policy import Policy
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import PodDemand
+from gpupack.extender.snapshot import NodeSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,12 @@ from functools import partial
 from operator import attrgetter
 from typing import Any, Protocol
 
-from extender.changes import BAD_OBJECT, Change, PodChange, apply_changes, pod_change, reduce_event
-from extender.demand import RequestsCache
-from extender.inventory import NodeRecord, node_from_json
-from extender.state import ClusterState, Requests
-from gpupack.kube import Kind, ResourceExpired
-from gpupack.policy import Policy
+from gpupack.core.kube import Kind, ResourceExpired
+from gpupack.core.policy import Policy
+from gpupack.extender.changes import BAD_OBJECT, Change, PodChange, apply_changes, pod_change, reduce_event
+from gpupack.extender.demand import RequestsCache
+from gpupack.extender.inventory import NodeRecord, node_from_json
+from gpupack.extender.state import ClusterState, Requests
 
 _BOUND_AT = attrgetter("bound_at")
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupack import contract
-from gpupack.gpus import CATALOG, MigProfile
-from gpupack.policy import Policy
-from gpupack.quantity import QuantityError, parse_quantity
+from gpupack.core import contract
+from gpupack.core.gpus import CATALOG, MigProfile
+from gpupack.core.policy import Policy
+from gpupack.core.quantity import QuantityError, parse_quantity
 
 LABEL_PRODUCT = "nvidia.com/gpu.product"
 LABEL_COUNT = "nvidia.com/gpu.count"

@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extender.informer import InformerCounters
-from extender.live import LiveMetrics
-from extender.state import ClusterState
+from gpupack.extender.informer import InformerCounters
+from gpupack.extender.live import LiveMetrics
+from gpupack.extender.state import ClusterState
 
 # kube-scheduler waits `httpTimeout` (5 s by default) per call, and every pod pays it: resolve milliseconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)

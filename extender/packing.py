@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from extender.fragmentation import TypicalShapes, fragmentation
+from gpupack.extender.fragmentation import TypicalShapes, fragmentation
 
 Ints = NDArray[np.int64]
 Bools = NDArray[np.bool_]

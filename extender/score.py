@@ -32,13 +32,13 @@ from itertools import repeat
 
 import numpy as np
 
-from extender.demand import PodDemand
-from extender.inventory import CPU, MEMORY
-from extender.packing import ABSENT, Ask, order_key, packed_scores, partial_gpus, stays_open, tie_key
-from extender.snapshot import NodeSnapshot
-from extender.typical import ShapeBook, ask_of
-from gpupack import contract
-from gpupack.policy import Policy
+from gpupack.core import contract
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import PodDemand
+from gpupack.extender.inventory import CPU, MEMORY
+from gpupack.extender.packing import ABSENT, Ask, order_key, packed_scores, partial_gpus, stays_open, tie_key
+from gpupack.extender.snapshot import NodeSnapshot
+from gpupack.extender.typical import ShapeBook, ask_of
 
 MAX_SCORE = 10
 NEUTRAL_LOAD = 0.5

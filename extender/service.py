@@ -19,16 +19,16 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from extender.app import Extender, ExtenderSettings, make_app
-from extender.changes import apply_events, bound_at
-from extender.demand import RequestsCache
-from extender.informer import Informer
-from extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, StaticSource
-from extender.state import ClusterState
-from gpupack.kube import RawListWatch, api_client
-from gpupack.policy import Policy
-from gpupack.server import ServeOptions, is_loopback, serve_forever
-from gpupack.telemetry import monitored_policy_store
+from gpupack.core.kube import RawListWatch, api_client
+from gpupack.core.policy import Policy
+from gpupack.core.server import ServeOptions, is_loopback, serve_forever
+from gpupack.core.telemetry import monitored_policy_store
+from gpupack.extender.app import Extender, ExtenderSettings, make_app
+from gpupack.extender.changes import apply_events, bound_at
+from gpupack.extender.demand import RequestsCache
+from gpupack.extender.informer import Informer
+from gpupack.extender.sources import LiveMetricsCache, MetricsSource, PrometheusSource, StaticSource
+from gpupack.extender.state import ClusterState
 
 log = logging.getLogger(__name__)
 

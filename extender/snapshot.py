@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.inventory import NodeRecord
+from gpupack.extender.inventory import NodeRecord
 
 
 @dataclass(frozen=True, slots=True)

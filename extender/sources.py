@@ -23,8 +23,8 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from extender.live import EMPTY, FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, LiveMetrics, Series, aggregate
-from gpupack.policy import MetricsPolicy
+from gpupack.core.policy import MetricsPolicy
+from gpupack.extender.live import EMPTY, FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, LiveMetrics, Series, aggregate
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from extender.inventory import NodeRecord
+from gpupack.extender.inventory import NodeRecord
 
 Requests = tuple[tuple[str, int], ...]
 _NOTHING: Mapping[str, int] = {}

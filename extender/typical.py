@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
-from extender.inventory import CPU, NodeRecord
-from extender.packing import MILLI, Ask, cpu_per_gpu, fullest_fit
-from extender.state import ClusterState, Requests
-from gpupack import contract
+from gpupack.core import contract
+from gpupack.extender.fragmentation import ShapeKey, TypicalShapes, typical_shapes
+from gpupack.extender.inventory import CPU, NodeRecord
+from gpupack.extender.packing import MILLI, Ask, cpu_per_gpu, fullest_fit
+from gpupack.extender.state import ClusterState, Requests
 
 REFRESH_PODS = 16
 """Fewest pod events between two counts of the typical shapes (a small cluster's shapes settle after a few pods)."""

@@ -22,16 +22,16 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
-from extender.demand import PodDemand
-from extender.filter import Rejection, reject
-from extender.inventory import CPU, MEMORY, NodeRecord, node_from_json
-from extender.live import LiveMetrics
-from extender.score import priorities, scores
-from extender.snapshot import NodeSnapshot
-from extender.state import ClusterState
-from extender.typical import NodeLayout, ShapeBook, gpu_layout
-from extender.wire import ArgsError, ExtenderArgs
-from gpupack.policy import Policy
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import PodDemand
+from gpupack.extender.filter import Rejection, reject
+from gpupack.extender.inventory import CPU, MEMORY, NodeRecord, node_from_json
+from gpupack.extender.live import LiveMetrics
+from gpupack.extender.score import priorities, scores
+from gpupack.extender.snapshot import NodeSnapshot
+from gpupack.extender.state import ClusterState
+from gpupack.extender.typical import NodeLayout, ShapeBook, gpu_layout
+from gpupack.extender.wire import ArgsError, ExtenderArgs
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from gpupack.jsonbound import json_values_bound
+from gpupack.core.jsonbound import json_values_bound
 
 MAX_CANDIDATES = 15_000
 """Candidate nodes (NodeNames, or Nodes items) one request may carry; more is refused before any is decided.

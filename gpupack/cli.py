@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING
 
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
-from gpupack import logs
-from gpupack.argtypes import dns_name, port, positive_float, positive_int
-from gpupack.connections import DEFAULT_LIMIT
-from gpupack.policy import PolicyError
+from gpupack.certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
+from gpupack.core import logs
+from gpupack.core.argtypes import dns_name, port, positive_float, positive_int
+from gpupack.core.connections import DEFAULT_LIMIT
+from gpupack.core.policy import PolicyError
 
 if TYPE_CHECKING:
-    from gpupack.server import ServeOptions
+    from gpupack.core.server import ServeOptions
 
 
 def _listener_flags(parser: argparse.ArgumentParser, host: str, default_port: int, host_help: str) -> None:
@@ -208,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
         "held idle, oversized workloads, MIG instances near their memory, pods at risk, what keeps Cluster Autoscaler "
         "from removing a node), their price, and the before/after verdict.",
     )
-    from report.cli import add_arguments
+    from gpupack.report.cli import add_arguments
 
     add_arguments(report)
 
@@ -219,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
         "plus an optional forecast) with the fewest GPUs, then nodes, under NVIDIA's placement rules; nodes running "
         "GPU pods are left alone. --apply relabels one idle node at a time behind a cordon and checks the result.",
     )
-    from migplan.cli import add_arguments as add_mig_arguments
+    from gpupack.migplan.cli import add_arguments as add_mig_arguments
 
     add_mig_arguments(mig)
 
@@ -234,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve_options(args: argparse.Namespace, client_ca_file: Path | None = None) -> ServeOptions:
-    from gpupack.server import ServeOptions
+    from gpupack.core.server import ServeOptions
 
     return ServeOptions(
         host=args.host,
@@ -250,8 +250,8 @@ def _serve_options(args: argparse.Namespace, client_ca_file: Path | None = None)
 
 
 def _cmd_webhook(args: argparse.Namespace) -> int:
-    from webhook.app import WebhookSettings
-    from webhook.service import WebhookConfig, run
+    from gpupack.webhook.app import WebhookSettings
+    from gpupack.webhook.service import WebhookConfig, run
 
     config = WebhookConfig(
         policy_file=args.config,
@@ -266,7 +266,7 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
 
 
 def _cmd_extender(args: argparse.Namespace) -> int:
-    from extender.service import ExtenderConfig, run
+    from gpupack.extender.service import ExtenderConfig, run
 
     if bool(args.cert_file) != bool(args.key_file):
         raise ValueError("--cert-file and --key-file go together")
@@ -290,7 +290,7 @@ def _cmd_extender(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from simulator.cli import run, run_scenario
+    from gpupack.simulator.cli import run, run_scenario
 
     return run_scenario(args) if args.scenario else run(args)
 
@@ -308,10 +308,10 @@ def _read_json(path: Path | None, expected: str = "a JSON list object (kind: Lis
 
 
 def _cmd_mutate(args: argparse.Namespace) -> int:
-    from gpupack.kube import facts_from_lists
-    from gpupack.lease import ASSUMED_LIVE
-    from gpupack.policy_store import load_policy_file
-    from webhook.preview import lease_status, preview, read_document, render_text
+    from gpupack.core.kube import facts_from_lists
+    from gpupack.core.lease import ASSUMED_LIVE
+    from gpupack.core.policy_store import load_policy_file
+    from gpupack.webhook.preview import lease_status, preview, read_document, render_text
 
     loaded = load_policy_file(args.config)
     facts = facts_from_lists(_read_json(args.priority_classes), _read_json(args.nodes))
@@ -339,19 +339,19 @@ def _cmd_certs(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from report.cli import run
+    from gpupack.report.cli import run
 
     return run(args)
 
 
 def _cmd_mig_plan(args: argparse.Namespace) -> int:
-    from migplan.cli import run
+    from gpupack.migplan.cli import run
 
     return run(args)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from demo.run import run_demo
+    from gpupack.demo.run import run_demo
 
     code: int = asyncio.run(run_demo(args.workdir))
     return code

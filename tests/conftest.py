@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
-from gpupack.cluster import ClusterFacts
-from gpupack.kube import facts_from_lists
-from gpupack.policy import parse_policy
-from gpupack.policy_store import LoadedPolicy
-from webhook.demo import demo_pod, review
-from webhook.mutate import MutationContext
+from gpupack.certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
+from gpupack.core.cluster import ClusterFacts
+from gpupack.core.kube import facts_from_lists
+from gpupack.core.policy import parse_policy
+from gpupack.core.policy_store import LoadedPolicy
+from gpupack.webhook.demo import demo_pod, review
+from gpupack.webhook.mutate import MutationContext
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDED = ROOT.parent / "shared" / "fixtures" / "recorded-k8s-1.36"
+RECORDED = ROOT / "tests" / "fixtures" / "recorded-k8s-1.36"
 ADMISSION = RECORDED / "admission"
 
 W = "gpupack.io/"

@@ -1,4 +1,4 @@
-"""Validating custom resources against the vendored CRDs of ../shared/schemas/crds/ (see its README).
+"""Validating custom resources against the vendored CRDs of tests/fixtures/crds/ (see its README).
 
 A CRD's `spec.versions[].schema.openAPIV3Schema` is OpenAPI v3.0, close to JSON Schema draft 4. The conversion
 keeps what the API server enforces and jsonschema can check: an object with `properties` gets
@@ -21,7 +21,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-CRDS = ROOT.parent / "shared" / "schemas" / "crds"
+CRDS = ROOT / "tests" / "fixtures" / "crds"
 CRD_FILES = (
     "monitoring.coreos.com_prometheusrules.yaml",
     "monitoring.coreos.com_servicemonitors.yaml",

@@ -7,16 +7,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from extender.app import Extender, ExtenderSettings
-from extender.demand import PodDemand, demand_of
-from extender.inventory import NodeRecord, node_from_json
-from extender.service import load_lists
-from extender.snapshot import NodeSnapshot
-from extender.state import ClusterState
-from extender.typical import gpu_layout
-from gpupack import contract
-from gpupack.policy import Policy, parse_policy
-from gpupack.policy_store import PolicyStore
+from gpupack.core import contract
+from gpupack.core.policy import Policy, parse_policy
+from gpupack.core.policy_store import PolicyStore
+from gpupack.extender.app import Extender, ExtenderSettings
+from gpupack.extender.demand import PodDemand, demand_of
+from gpupack.extender.inventory import NodeRecord, node_from_json
+from gpupack.extender.service import load_lists
+from gpupack.extender.snapshot import NodeSnapshot
+from gpupack.extender.state import ClusterState
+from gpupack.extender.typical import gpu_layout
 from tests.conftest import RECORDED, loaded, recorded_text
 
 EXTENDER_FIXTURES = sorted([*RECORDED.glob("extender-node-names/*.json"), *RECORDED.glob("extender-full-nodes/*.json")])

@@ -67,10 +67,10 @@ from bench.report.history import (
     steps,
     write_openmetrics,
 )
-from extender.dcgm_text import HostLabel, Workload, label_set
-from extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
-from extender.metrics import LATENCY_BUCKETS as EXTENDER_BUCKETS
-from webhook.metrics import LATENCY_BUCKETS as WEBHOOK_BUCKETS
+from gpupack.extender.dcgm_text import HostLabel, Workload, label_set
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.extender.metrics import LATENCY_BUCKETS as EXTENDER_BUCKETS
+from gpupack.webhook.metrics import LATENCY_BUCKETS as WEBHOOK_BUCKETS
 
 M, H, D = 60.0, 3600.0, 86400.0
 HISTORY = 8 * D

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupack.policy import Policy, parse_policy
-from report.cluster import Cluster, from_objects
-from report.document import Thresholds
-from report.findings import Inputs
-from report.usage import GpuUsage, Usage, Window
+from gpupack.core.policy import Policy, parse_policy
+from gpupack.report.cluster import Cluster, from_objects
+from gpupack.report.document import Thresholds
+from gpupack.report.findings import Inputs
+from gpupack.report.usage import GpuUsage, Usage, Window
 
 WEEK = Window(1_795_000_000.0, 1_795_000_000.0 + 7 * 86400)
 A100 = "NVIDIA A100-SXM4-40GB"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from report.document import Comparison, Finding, NodeRow, Period, Report, Savings, Summary, Thresholds
-from report.usage import NodeUsage, Window
+from gpupack.report.document import Comparison, Finding, NodeRow, Period, Report, Savings, Summary, Thresholds
+from gpupack.report.usage import NodeUsage, Window
 
 START = 1795392000.0
 """2026-11-23T00:00:00Z, a Monday."""

@@ -14,11 +14,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-import webhook.app
-from gpupack.kube import ClusterFactsCache
-from gpupack.policy_store import PolicyStore
+import gpupack.webhook.app
+from gpupack.core.kube import ClusterFactsCache
+from gpupack.core.policy_store import PolicyStore
+from gpupack.webhook.app import WebhookSettings, make_app
 from tests.conftest import W, admission_review, loaded, make_pod
-from webhook.app import WebhookSettings, make_app
 
 Client = TestClient[web.Request, web.Application]
 
@@ -146,7 +146,7 @@ async def test_handler_error_is_logged_with_uid_and_never_a_500(
     def explode(*_args: Any) -> Any:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(webhook.app, "plan_json", explode)
+    monkeypatch.setattr(gpupack.webhook.app, "plan_json", explode)
     client = await aiohttp_client(app())
     with caplog.at_level(logging.ERROR):
         status, body = await post(client, admission_review(make_pod({W + "workload": "inference"}), uid="uid-42"))

@@ -15,12 +15,12 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from prometheus_client import CollectorRegistry
 
-from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
-from certs.tls import CertificateProblem
+from gpupack.certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
+from gpupack.certs.tls import CertificateProblem
 from gpupack.cli import main
-from gpupack.server import REGISTRY, ServeOptions, Serving, start_server
+from gpupack.core.server import REGISTRY, ServeOptions, Serving, start_server
+from gpupack.webhook.service import WebhookConfig, build_app
 from tests.conftest import served_serial, wait_until
-from webhook.service import WebhookConfig, build_app
 
 NOW = datetime.datetime.now(datetime.UTC)
 
@@ -169,7 +169,7 @@ def test_the_extender_refuses_to_serve_its_verbs_off_loopback_without_client_cer
 
 
 async def test_off_loopback_only_a_client_with_a_certificate_from_the_ca_may_call(tls_dir: Path, ca: KeyPair) -> None:
-    from extender.app import make_app
+    from gpupack.extender.app import make_app
     from tests.extender_kit import extender_for, recorded_args, recorded_nodes, registry
 
     clients = tls_dir / "clients"
@@ -207,7 +207,7 @@ async def test_off_loopback_only_a_client_with_a_certificate_from_the_ca_may_cal
 
 async def test_gpupack_certs_issues_the_client_certificate_kube_scheduler_presents(tmp_path: Path) -> None:
     """The README's way to run the extender off loopback: one `gpupack certs` call, both sides from one CA."""
-    from extender.app import make_app
+    from gpupack.extender.app import make_app
     from tests.extender_kit import extender_for, recorded_args, recorded_nodes, registry
 
     assert main(["certs", "--out", str(tmp_path), "--ip", "127.0.0.1", "--client", "gpupack-scheduler"]) == 0
@@ -246,7 +246,7 @@ def test_the_extender_service_refuses_verbs_reachable_by_anyone_however_it_is_bu
     tls_dir: Path, host: str, tls: bool, client_ca: bool, exposed: bool
 ) -> None:
     """The rule lives in the service, not only in the command line: code that builds an ExtenderConfig meets it."""
-    from extender.service import check_exposure
+    from gpupack.extender.service import check_exposure
 
     cert = (tls_dir / "tls.crt", tls_dir / "tls.key") if tls else (None, None)
     options = ServeOptions(host, 8888, *cert, client_ca_file=tls_dir / "ca.crt" if client_ca else None)

@@ -207,7 +207,7 @@ def test_simulate_prints_its_results_before_drawing_the_plot(
     def disk_full(*_: object) -> None:
         raise OSError("No space left on device")
 
-    monkeypatch.setattr("simulator.cli.plot", disk_full)
+    monkeypatch.setattr("gpupack.simulator.cli.plot", disk_full)
     code = main(
         ["simulate", "--variant", str(pods), "--policy", "bestfit", "--seeds", "1", "--plot", str(tmp_path / "a.png")]
     )
@@ -232,7 +232,7 @@ def test_simulate_a_synthetic_day(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _lease_file(tmp_path: Path, renewed_at: float, duration: int = 15, name: str = "gpupack-scheduler") -> Path:
-    from demo.cluster import leader_lease
+    from gpupack.demo.cluster import leader_lease
 
     path = tmp_path / "lease.json"
     path.write_text(json.dumps(leader_lease("gpupack-system", name, renewed_at, duration=duration)))

@@ -15,10 +15,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupack.connections import SLOW_BODY_SECONDS, TLS_READ_BUFFER, ConnectionGuard, GuardedTLS, trim_memory
-from gpupack.server import REGISTRY, ServeOptions, Serving, start_server
+from gpupack.core.connections import SLOW_BODY_SECONDS, TLS_READ_BUFFER, ConnectionGuard, GuardedTLS, trim_memory
+from gpupack.core.server import REGISTRY, ServeOptions, Serving, start_server
+from gpupack.webhook.service import WebhookConfig, build_app
 from tests.conftest import W, admission_review, make_pod, wait_until
-from webhook.service import WebhookConfig, build_app
 
 LIMIT = 16
 
@@ -176,7 +176,7 @@ class _Transport(asyncio.Transport):
 
 
 async def test_when_every_connection_is_busy_a_new_one_is_refused() -> None:
-    from gpupack.connections import ConnectionMetrics
+    from gpupack.core.connections import ConnectionMetrics
 
     registry = CollectorRegistry()
     guard = ConnectionGuard(8, "serving", ConnectionMetrics(registry))
@@ -284,7 +284,7 @@ async def test_a_body_that_is_not_what_its_encoding_says_is_a_400_naming_it(
 async def test_a_gzip_body_that_is_not_compressed_is_answered_in_band_by_the_extender(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from extender.app import make_app
+    from gpupack.extender.app import make_app
     from tests.extender_kit import extender_for, recorded_args, recorded_nodes, registry
 
     serving = await start_server(make_app(extender_for(recorded_nodes()), registry()), ServeOptions("127.0.0.1", 0))

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from extender.inventory import node_from_json
-from gpupack import contract
-from gpupack.policy import Policy
-from migplan.geometry import Counts, counts_of
-from migplan.stock import stock_for
-from simulator.day import DEFAULT_SCENARIO, _Day, run_day
-from simulator.day_cluster import NodeLayout, cluster_nodes, replica_pod
-from simulator.day_scenario import MIG_MODEL, Scenario, ScenarioError, load_scenario, parse_scenario
-from simulator.mig_layouts import (
+from gpupack.core import contract
+from gpupack.core.policy import Policy
+from gpupack.extender.inventory import node_from_json
+from gpupack.migplan.geometry import Counts, counts_of
+from gpupack.migplan.stock import stock_for
+from gpupack.simulator.day import DEFAULT_SCENARIO, _Day, run_day
+from gpupack.simulator.day_cluster import NodeLayout, cluster_nodes, replica_pod
+from gpupack.simulator.day_scenario import MIG_MODEL, Scenario, ScenarioError, load_scenario, parse_scenario
+from gpupack.simulator.mig_layouts import (
     best_stock,
     candidate_layouts,
     compare_layouts,

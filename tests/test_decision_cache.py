@@ -9,11 +9,11 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupack.k8s import decode_pod
+from gpupack.core.k8s import decode_pod
+from gpupack.webhook import mutate
+from gpupack.webhook.mutate import DECISIONS_KEPT, MAX_SHAPE_BYTES, InvalidObject, plan_json
 from tests.conftest import W, context
 from tests.test_properties import POLICIES, pods
-from webhook import mutate
-from webhook.mutate import DECISIONS_KEPT, MAX_SHAPE_BYTES, InvalidObject, plan_json
 
 
 def decide(pod: dict[str, Any], ctx: mutate.MutationContext, *, fresh: bool) -> mutate.Decision | None:

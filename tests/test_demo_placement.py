@@ -10,19 +10,19 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from demo.cluster import NODES
-from demo.run import Scheduler, place, write_cluster
-from extender.app import EXTENDER
-from extender.inventory import node_from_json
-from extender.service import ExtenderConfig, build_app
-from gpupack.kube import facts_from_lists
-from gpupack.lease import LIVE, SchedulerStatus
-from gpupack.policy import parse_policy
-from gpupack.server import ServeOptions
+from gpupack.core.kube import facts_from_lists
+from gpupack.core.lease import LIVE, SchedulerStatus
+from gpupack.core.policy import parse_policy
+from gpupack.core.server import ServeOptions
+from gpupack.demo.cluster import NODES
+from gpupack.demo.run import Scheduler, place, write_cluster
+from gpupack.extender.app import EXTENDER
+from gpupack.extender.inventory import node_from_json
+from gpupack.extender.service import ExtenderConfig, build_app
+from gpupack.webhook.demo import demo_pod
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import apply_patch
 from tests.conftest import W, context
-from webhook.demo import demo_pod
-from webhook.mutate import MutationContext, plan
-from webhook.patches import apply_patch
 
 EXPIRED = SchedulerStatus(False, "expired", "lease expired 40s ago")
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from demo.cluster import NODES
-from demo.week import HEADER, STEP_SECONDS, WEEK_SECONDS, write_week
 from gpupack.cli import main
+from gpupack.demo.cluster import NODES
+from gpupack.demo.week import HEADER, STEP_SECONDS, WEEK_SECONDS, write_week
 
 END = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from extender.app import make_app
-from extender.state import ClusterState
-from gpupack.policy_store import PolicyStore
+from gpupack.core.policy_store import PolicyStore
+from gpupack.extender.app import make_app
+from gpupack.extender.state import ClusterState
 from tests.extender_kit import (
     GO_FILTER_KEYS,
     T4_SHARED,
@@ -121,7 +121,7 @@ async def test_extender_serves_the_verbs_over_tls(tls_dir: Path) -> None:
 
     import aiohttp
 
-    from gpupack.server import ServeOptions, start_server
+    from gpupack.core.server import ServeOptions, start_server
 
     app = make_app(extender_for(recorded_nodes()), registry())
     options = ServeOptions("127.0.0.1", 0, tls_dir / "tls.crt", tls_dir / "tls.key")

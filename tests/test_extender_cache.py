@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-import extender.verbs as verbs
-from extender.demand import demand_of
-from extender.inventory import node_from_json
-from extender.live import EMPTY, Series, aggregate
-from extender.state import ClusterState
-from extender.verbs import DecisionCache, Decisions, View, decide
-from extender.wire import ExtenderArgs
+import gpupack.extender.verbs as verbs
+from gpupack.extender.demand import demand_of
+from gpupack.extender.inventory import node_from_json
+from gpupack.extender.live import EMPTY, Series, aggregate
+from gpupack.extender.state import ClusterState
+from gpupack.extender.verbs import DecisionCache, Decisions, View, decide
+from gpupack.extender.wire import ExtenderArgs
 from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, gpu_pod, node, policy
 
 GPU, SHARED, MIG = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.5gb"

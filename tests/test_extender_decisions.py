@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from extender.filter import reject
-from extender.fragmentation import typical_shapes
-from extender.score import priorities, score, target_load
-from extender.typical import GPU_MODELS, ShapeBook
+from gpupack.extender.filter import reject
+from gpupack.extender.fragmentation import typical_shapes
+from gpupack.extender.score import priorities, score, target_load
+from gpupack.extender.typical import GPU_MODELS, ShapeBook
 from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, demand, gpu_pod, node, policy, snap
 
 MIG_1G = "nvidia.com/mig-1g.5gb"

@@ -12,10 +12,10 @@ from typing import Any
 import orjson
 import pytest
 
-import extender.verbs as verbs
+import gpupack.extender.verbs as verbs
 from bench.extender.request_memory import realistic_node
-from extender.app import Extender, ExtenderSettings, make_app
-from extender.wire import MAX_CANDIDATES, MAX_DECODED_BYTES, decoded_bytes_bound, parse_args
+from gpupack.extender.app import Extender, ExtenderSettings, make_app
+from gpupack.extender.wire import MAX_CANDIDATES, MAX_DECODED_BYTES, decoded_bytes_bound, parse_args
 from tests.conftest import recorded_text
 from tests.extender_kit import (
     EXTENDER_FIXTURES,
@@ -172,7 +172,7 @@ async def test_more_candidates_than_the_cap_are_refused_in_band_before_any_decis
 ) -> None:
     decisions = count_decisions(monkeypatch)
     client = await client_for(aiohttp_client, full_limits(extender_for(recorded_nodes())))
-    with caplog.at_level(logging.WARNING, logger="extender.app"):
+    with caplog.at_level(logging.WARNING, logger="gpupack.extender.app"):
         filtered = await post(client, "filter", body)
         prioritized = await post(client, "prioritize", body)
     assert filtered.status == prioritized.status == 200, case
@@ -181,7 +181,7 @@ async def test_more_candidates_than_the_cap_are_refused_in_band_before_any_decis
     assert field in answer["Error"] and f"more than the {MAX_CANDIDATES}" in answer["Error"]
     assert await prioritized.json() == []
     assert decisions == []  # nothing was decided
-    warnings = [r for r in caplog.records if r.name == "extender.app"]
+    warnings = [r for r in caplog.records if r.name == "gpupack.extender.app"]
     assert [r.levelname for r in warnings] == ["WARNING", "WARNING"] and tracebacks(caplog) == []
     metrics = await (await client.get("/metrics")).text()
     for verb in ("filter", "prioritize"):
@@ -367,7 +367,7 @@ async def test_an_empty_value_of_the_right_type_is_valid(
 def test_a_huge_resources_shape_is_read_but_never_kept() -> None:
     """Pods whose resources carry a 20 MB value each took the extender past its 1 Gi limit: every shape was
     cached, up to 4,096 of them."""
-    from extender.demand import MAX_SHAPE_KEY, RequestsCache
+    from gpupack.extender.demand import MAX_SHAPE_KEY, RequestsCache
 
     cache = RequestsCache()
     for i in range(5):

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from extender.app import make_app
-from extender.demand import pod_key
+from gpupack.extender.app import make_app
+from gpupack.extender.demand import pod_key
 from tests.conftest import recorded_text
 from tests.extender_kit import EXTENDER_FIXTURES, GO_FILTER_KEYS, extender_for, recorded_args, recorded_nodes, registry
 

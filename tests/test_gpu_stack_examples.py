@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.gpus import CATALOG, MigProfile
-from gpupack.policy import parse_policy
+from gpupack.core.gpus import CATALOG, MigProfile
+from gpupack.core.policy import parse_policy
 from tests.conftest import ROOT
 from tests.crd_kit import load_documents
 

@@ -12,16 +12,16 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.app import make_app as make_extender
-from extender.inventory import MAX_NODE_GPUS, node_from_json
-from gpupack.kube import ClusterFactsCache
-from gpupack.policy import PolicyError, parse_policy
-from gpupack.policy_store import PolicyStore
-from gpupack.quantity import QuantityError, parse_quantity
+from gpupack.core.kube import ClusterFactsCache
+from gpupack.core.policy import PolicyError, parse_policy
+from gpupack.core.policy_store import PolicyStore
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.extender.app import make_app as make_extender
+from gpupack.extender.inventory import MAX_NODE_GPUS, node_from_json
+from gpupack.webhook.app import make_app as make_webhook
+from gpupack.webhook.mutate import AUDIT_ANNOTATION_CHARS, plan
 from tests.conftest import W, admission_review, context, loaded, make_pod
 from tests.extender_kit import extender_for, node, policy, recorded_args, recorded_nodes, registry
-from webhook.app import make_app as make_webhook
-from webhook.mutate import AUDIT_ANNOTATION_CHARS, plan
 
 FILTER = "000-filter-llm-infer-7b-abc12.json"
 FULL_NODES = "100-filter-embed-shared-1.json"

@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 from kubernetes import client
 
-from extender.changes import apply_events, bound_at
-from extender.informer import Backoff, Informer
-from extender.state import ClusterState
-from gpupack.kube import RawListWatch
+from gpupack.core.kube import RawListWatch
+from gpupack.extender.changes import apply_events, bound_at
+from gpupack.extender.informer import Backoff, Informer
+from gpupack.extender.state import ClusterState
 from tests.extender_kit import gpu_pod, node, policy
 
 GPU = "nvidia.com/gpu"
@@ -363,8 +363,8 @@ async def test_extender_service_serves_from_the_watch_once_listed(
     /metrics counts the watch."""
     from prometheus_client import CollectorRegistry
 
-    from extender.service import ExtenderConfig, build_app
-    from gpupack.server import ServeOptions
+    from gpupack.core.server import ServeOptions
+    from gpupack.extender.service import ExtenderConfig, build_app
 
     fake.seed("nodes", node("n1", {GPU: 8}))
     fake.seed("pods", bound("a", "n1", 8))

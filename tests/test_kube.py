@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupack.cluster import PriorityClassInfo
-from gpupack.kube import ClusterFactsCache, KubeClusterReader, api_client
-from gpupack.telemetry import ClusterReadMetrics
+from gpupack.core.cluster import PriorityClassInfo
+from gpupack.core.kube import ClusterFactsCache, KubeClusterReader, api_client
+from gpupack.core.telemetry import ClusterReadMetrics
 from tests.kube_kit import FakeApiServer, write_kubeconfig
 
 

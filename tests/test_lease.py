@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from demo.cluster import leader_lease
-from gpupack.lease import (
+from gpupack.core.lease import (
     NOT_READ_YET,
     Held,
     LeaseRef,
@@ -19,6 +18,7 @@ from gpupack.lease import (
     read_failed,
     read_held,
 )
+from gpupack.demo.cluster import leader_lease
 
 REF = LeaseRef("gpupack-system", "gpupack-scheduler")
 RENEWED = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC).timestamp()

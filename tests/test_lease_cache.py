@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from demo.cluster import leader_lease
-from gpupack.kube import KubeLeaseReader, api_client
-from gpupack.lease_cache import LeaseCache
-from gpupack.policy import SchedulerPolicy, parse_policy
-from gpupack.telemetry import LeaseMetrics
+from gpupack.core.kube import KubeLeaseReader, api_client
+from gpupack.core.lease_cache import LeaseCache
+from gpupack.core.policy import SchedulerPolicy, parse_policy
+from gpupack.core.telemetry import LeaseMetrics
+from gpupack.demo.cluster import leader_lease
 from tests.kube_kit import FakeApiServer, write_kubeconfig
 
 NOW = 1_800_000_000.0
@@ -86,14 +86,14 @@ async def test_a_forbidden_read_is_unreadable_and_logged_once_without_a_tracebac
     fake.lease_forbidden = True
     registry = CollectorRegistry()
     cache = cache_for(kubeconfig, registry)
-    with caplog.at_level(logging.INFO, "gpupack.lease_cache"):
+    with caplog.at_level(logging.INFO, "gpupack.core.lease_cache"):
         status = await cache.refresh(DEFAULTS)
     assert status is not None and (status.live, status.reason, status.detail) == (
         False,
         "unreadable",
         "lease unreadable: HTTP 403",
     )
-    lines = [r for r in caplog.records if r.name == "gpupack.lease_cache"]
+    lines = [r for r in caplog.records if r.name == "gpupack.core.lease_cache"]
     assert [r.levelno for r in lines] == [logging.WARNING, logging.WARNING]  # the failed read, the verdict
     assert lines[0].getMessage() == "cannot read lease gpupack-system/gpupack-scheduler: HTTP 403"
     assert "no live leader (lease gpupack-system/gpupack-scheduler: unreadable: HTTP 403)" in lines[1].getMessage()
@@ -111,10 +111,10 @@ async def test_a_failed_read_after_a_good_one_keeps_the_hold_until_it_expires(
     await cache.refresh(DEFAULTS)
     fake.lease_forbidden = True
     caplog.clear()
-    with caplog.at_level(logging.WARNING, "gpupack.lease_cache"):
+    with caplog.at_level(logging.WARNING, "gpupack.core.lease_cache"):
         status = await cache.refresh(DEFAULTS)
     assert status is not None and status.live  # one failed read changes nothing
-    assert [r.getMessage() for r in caplog.records if r.name == "gpupack.lease_cache"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "gpupack.core.lease_cache"] == [
         "cannot read lease gpupack-system/gpupack-scheduler: HTTP 403; keeping the last renewal seen until it expires"
     ]
     # renewed 1 s before NOW, held 15 s, 10 s of grace: live up to NOW + 24, then unreadable (not "expired")
@@ -159,9 +159,9 @@ async def test_each_change_of_verdict_is_logged_once_and_the_gauge_follows(
     ]:
         fake.leases[KEY] = served
         caplog.clear()
-        with caplog.at_level(logging.INFO, "gpupack.lease_cache"):
+        with caplog.at_level(logging.INFO, "gpupack.core.lease_cache"):
             await cache.refresh(DEFAULTS)
-        said += [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gpupack.lease_cache"]
+        said += [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "gpupack.core.lease_cache"]
         assert registry.get_sample_value(*LIVE_GAUGE) == gauge
     assert said == [
         (

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from extender.dcgm_text import Gpu, MigGpu, MigInstance, Node, Workload, exposition
-from extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, Series, aggregate, node_of
-from extender.sources import StaticSource
-from gpupack.policy import MetricsPolicy
+from gpupack.core.policy import MetricsPolicy
+from gpupack.extender.dcgm_text import Gpu, MigGpu, MigInstance, Node, Workload, exposition
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, Series, aggregate, node_of
+from gpupack.extender.sources import StaticSource
 
 NOW = 1_800_000_000.0
 
@@ -234,7 +234,7 @@ def test_static_source_parses_again_only_when_the_file_changes(tmp_path: Path) -
 async def test_stale_data_is_logged_once_when_it_starts_and_when_it_ends(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from extender.sources import LiveMetricsCache
+    from gpupack.extender.sources import LiveMetricsCache
 
     path = tmp_path / "metrics.txt"
     path.write_text(exposition(SNAPSHOT))
@@ -242,7 +242,7 @@ async def test_stale_data_is_logged_once_when_it_starts_and_when_it_ends(
     os.utime(path, (an_hour_ago, an_hour_ago))
     policy = MetricsPolicy(max_age_seconds=30)
     cache = LiveMetricsCache(StaticSource(path), lambda: policy, lambda ok: None)
-    with caplog.at_level("INFO", logger="extender.sources"):
+    with caplog.at_level("INFO", logger="gpupack.extender.sources"):
         assert await cache.refresh()  # samples as old as the file: long stale
         assert cache.check_stale()
         os.utime(path, None)  # rewritten now: fresh

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gpupack.cli import _parser
-from gpupack.server import is_loopback
+from gpupack.core.server import is_loopback
 from tests.conftest import ROOT
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpupack.policy import parse_policy
+from gpupack.core.policy import parse_policy
 from tests.conftest import ROOT
 
 

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.net import free_port
-from gpupack.kube import KubeNodeOps, api_client
-from migplan.apply import ApplyMetrics, ApplyReport, NodeOps, apply_plan, write_metrics
-from migplan.apply_steps import (
+from gpupack.core.kube import KubeNodeOps, api_client
+from gpupack.migplan.apply import ApplyMetrics, ApplyReport, NodeOps, apply_plan, write_metrics
+from gpupack.migplan.apply_steps import (
     ANNOTATION,
     ApplyOptions,
     Observation,
@@ -26,7 +26,7 @@ from migplan.apply_steps import (
     relabel_patch,
     unavailable_limit,
 )
-from migplan.nodes import uses_gpus
+from gpupack.migplan.nodes import uses_gpus
 from tests.mig_manager_kit import CONFIG, STATE, FakeMigCluster, Mode, gpu_pod, merge, mig_node, write_kubeconfig
 
 ONE_G = "nvidia.com/mig-1g.5gb"

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from demo.cluster import NODES
 from gpupack.cli import main
-from gpupack.policy import Policy
-from migplan.demand import cluster_demand, mig_nodes
-from report.cluster import from_objects
-from simulator.day_scenario import load_scenario, replicas_at
+from gpupack.core.policy import Policy
+from gpupack.demo.cluster import NODES
+from gpupack.migplan.demand import cluster_demand, mig_nodes
+from gpupack.report.cluster import from_objects
+from gpupack.simulator.day_scenario import load_scenario, replicas_at
+from gpupack.webhook.demo import demo_pod
 from tests.conftest import RECORDED, ROOT
-from webhook.demo import demo_pod
 
 DAY = ROOT / "scenarios" / "synthetic-day.yaml"
 LABEL_VALUE = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"

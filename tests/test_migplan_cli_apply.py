@@ -16,9 +16,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupack.cli import main
+from gpupack.webhook.demo import demo_pod
 from tests.mig_manager_kit import CONFIG, STATE, FakeMigCluster, gpu_pod, mig_node, write_kubeconfig
 from tests.migplan_rbac_kit import allowed, built, request_of
-from webhook.demo import demo_pod
 
 M = "nvidia.com/mig-"
 OLD = {M + "1g.5gb": 16, M + "2g.10gb": 8, M + "3g.20gb": 8}

@@ -14,8 +14,8 @@ import pytest
 
 from bench.report.history import PROMETHEUS, PROMTOOL, PrometheusServer, backfill
 from gpupack.cli import main
-from migplan.forecast import KSM_TO_RESOURCE, ksm_name, prometheus_forecast
-from report.prometheus import PrometheusUsage
+from gpupack.migplan.forecast import KSM_TO_RESOURCE, ksm_name, prometheus_forecast
+from gpupack.report.prometheus import PrometheusUsage
 from tests.conftest import ROOT
 
 H = 3600.0

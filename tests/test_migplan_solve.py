@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupack.gpus import CATALOG
-from migplan.config import config_name, entries, mig_parted_config
-from migplan.geometry import Counts, check, counts_of
-from migplan.solve import MigNode, Plan, PlanError, plan
+from gpupack.core.gpus import CATALOG
+from gpupack.migplan.config import config_name, entries, mig_parted_config
+from gpupack.migplan.geometry import Counts, check, counts_of
+from gpupack.migplan.solve import MigNode, Plan, PlanError, plan
 from tests.test_migplan_geometry import fits
 
 M = "nvidia.com/mig-"

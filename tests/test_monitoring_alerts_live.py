@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from monitoring.build import RULE_FILE
-from monitoring.rules import alert_names
+from gpupack.monitoring.build import RULE_FILE
+from gpupack.monitoring.rules import alert_names
 from tests.monitoring_history import HAVE_PROMETHEUS, MISSING, PLANTED, get, monitoring_prometheus
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(not HAVE_PROMETHEUS, reason=MISSING)]

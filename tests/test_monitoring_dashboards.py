@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-import monitoring.dashboards as dashboards_module
-import monitoring.thresholds
-from monitoring.dashboards import DATASOURCE, EXTENDER_JOB, WEBHOOK_JOB, dashboards, render, spot_selector
+import gpupack.monitoring.dashboards as dashboards_module
+import gpupack.monitoring.thresholds
+from gpupack.monitoring.dashboards import DATASOURCE, EXTENDER_JOB, WEBHOOK_JOB, dashboards, render, spot_selector
 from tests.monitoring_history import HAVE_PROMETHEUS, MISSING, PLANTED, get, minute, monitoring_prometheus, seconds
 
 pytestmark = pytest.mark.timeout(300)  # the live fixture takes ~10-20 s to build, more on a busy machine
@@ -119,8 +119,8 @@ def test_the_class_thresholds_come_from_monitoring_thresholds(monkeypatch: pytes
     text = json.dumps(DASHBOARDS["gpu-cost"])
     assert "> 85)" in text and "< 10)" in text and ">= 10 < 30)" in text
     # A changed threshold changes every place it is used, and no copy keeps the old number.
-    monkeypatch.setattr(monitoring.thresholds, "HOT", 84.0)
-    monkeypatch.setattr(monitoring.thresholds, "IDLE", 9.0)
+    monkeypatch.setattr(gpupack.monitoring.thresholds, "HOT", 84.0)
+    monkeypatch.setattr(gpupack.monitoring.thresholds, "IDLE", 9.0)
     try:
         changed = importlib.reload(dashboards_module).dashboards()["gpu-cost"]
     finally:

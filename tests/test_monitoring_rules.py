@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from monitoring import build
-from monitoring.rules import alert_names, groups
-from monitoring.thresholds import DEFAULT, AlertThresholds
+from gpupack.monitoring import build
+from gpupack.monitoring.rules import alert_names, groups
+from gpupack.monitoring.thresholds import DEFAULT, AlertThresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = sorted((ROOT / "tests" / "monitoring").glob("*.test.yaml"))

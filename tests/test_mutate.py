@@ -7,9 +7,9 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from gpupack.cluster import PriorityClassInfo, facts
+from gpupack.core.cluster import PriorityClassInfo, facts
+from gpupack.webhook.mutate import InvalidObject, plan
 from tests.conftest import W, context, make_pod
-from webhook.mutate import InvalidObject, plan
 
 
 def mutated(pod: dict[str, Any], doc: str = "", **kwargs: Any) -> tuple[dict[str, Any], list[str]]:

@@ -12,25 +12,25 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extender.app import Extender, ExtenderSettings, make_app
-from extender.demand import pod_requests
-from extender.inventory import node_from_json
-from extender.live import LiveMetrics, NodeUtils
-from extender.score import priorities
-from extender.state import ClusterState
-from extender.typical import ShapeBook
-from extender.verbs import View, snapshot, verdict
-from gpupack.policy import parse_policy
-from gpupack.policy_store import LoadedPolicy, PolicyStore
-from simulator.cluster import ClusterState as SimCluster
-from simulator.day import DEFAULT_SCENARIO, _Day, load_scenario
-from simulator.day_cluster import job_arrivals, replica_pod
-from simulator.gpupack import GpupackPolicy
-from simulator.run import load_workload
-from simulator.trace import MILLI, default_trace_dir
-from simulator.trace import PodRecord as TracePod
-from webhook.mutate import plan
-from webhook.patches import apply_patch
+from gpupack.core.policy import parse_policy
+from gpupack.core.policy_store import LoadedPolicy, PolicyStore
+from gpupack.extender.app import Extender, ExtenderSettings, make_app
+from gpupack.extender.demand import pod_requests
+from gpupack.extender.inventory import node_from_json
+from gpupack.extender.live import LiveMetrics, NodeUtils
+from gpupack.extender.score import priorities
+from gpupack.extender.state import ClusterState
+from gpupack.extender.typical import ShapeBook
+from gpupack.extender.verbs import View, snapshot, verdict
+from gpupack.simulator.cluster import ClusterState as SimCluster
+from gpupack.simulator.day import DEFAULT_SCENARIO, _Day, load_scenario
+from gpupack.simulator.day_cluster import job_arrivals, replica_pod
+from gpupack.simulator.gpupack import GpupackPolicy
+from gpupack.simulator.run import load_workload
+from gpupack.simulator.trace import MILLI, default_trace_dir
+from gpupack.simulator.trace import PodRecord as TracePod
+from gpupack.webhook.mutate import plan
+from gpupack.webhook.patches import apply_patch
 
 SAMPLE_STEPS = (45, 120, 240, 400)
 TRACE = default_trace_dir()
@@ -170,7 +170,6 @@ def expected_answers(keys: list[int]) -> list[int]:
     return [max(10 - distinct.index(k), 1) for k in keys]
 
 
-@pytest.mark.skipif(not TRACE.is_dir(), reason="the Alibaba trace is not beside the repository")
 @pytest.mark.parametrize("keep_empty", [False, True], ids=["gpupack", "gpupack-autoscaled"])
 async def test_prioritize_ranks_trace_states_like_the_simulators_gpupack(aiohttp_client: Any, keep_empty: bool) -> None:
     workload = load_workload("default", TRACE)

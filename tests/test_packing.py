@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from extender.fragmentation import typical_shapes
-from extender.packing import (
+from gpupack.extender.fragmentation import typical_shapes
+from gpupack.extender.packing import (
     ABSENT,
     NO_FIT,
     TIE_SPAN,

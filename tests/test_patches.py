@@ -5,7 +5,7 @@ from __future__ import annotations
 import jsonpatch
 import pytest
 
-from webhook.patches import PatchBuilder, apply_patch, escape, pointer
+from gpupack.webhook.patches import PatchBuilder, apply_patch, escape, pointer
 
 
 @pytest.mark.parametrize(

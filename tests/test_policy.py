@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupack.policy import PolicyError, parse_policy, policy_version
-from gpupack.policy_store import PolicyStore, load_policy_file
-from gpupack.telemetry import PolicyMetrics
+from gpupack.core.policy import PolicyError, parse_policy, policy_version
+from gpupack.core.policy_store import PolicyStore, load_policy_file
+from gpupack.core.telemetry import PolicyMetrics
 from tests.conftest import configmap_volume as _configmap_volume
 from tests.conftest import wait_until
 

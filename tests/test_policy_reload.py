@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpupack.policy import MAX_POLICY_BYTES, PolicyError, parse_policy, policy_version
-from gpupack.policy_store import PolicyStore, load_policy_file, parse_in_child
-from gpupack.telemetry import PolicyMetrics
+from gpupack.core.policy import MAX_POLICY_BYTES, PolicyError, parse_policy, policy_version
+from gpupack.core.policy_store import PolicyStore, load_policy_file, parse_in_child
+from gpupack.core.telemetry import PolicyMetrics
 from tests.conftest import configmap_volume as _configmap_volume
 from tests.conftest import wait_until
 
@@ -160,7 +160,7 @@ def _policy_parsers() -> list[int]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"gpupack.policy_child" in cmdline:
+            if b"gpupack.core.policy_child" in cmdline:
                 found.append(int(pid))
     return found
 

@@ -26,10 +26,10 @@ from typing import TypeVar
 import pytest
 from aiohttp import web
 
-from extender.dcgm_text import Gpu, MigGpu, MigInstance, Node, Workload, exposition
-from extender.live import GPU_UTIL, LiveMetrics, aggregate
-from extender.sources import LiveMetricsCache, PrometheusSource
-from gpupack.policy import MetricsPolicy
+from gpupack.core.policy import MetricsPolicy
+from gpupack.extender.dcgm_text import Gpu, MigGpu, MigInstance, Node, Workload, exposition
+from gpupack.extender.live import GPU_UTIL, LiveMetrics, aggregate
+from gpupack.extender.sources import LiveMetricsCache, PrometheusSource
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 POLICY = MetricsPolicy(window="10s", poll_seconds=1, max_age_seconds=3, timeout_seconds=2)
@@ -296,7 +296,7 @@ async def test_prometheus_down_keeps_the_last_snapshot_whose_samples_age_out(
     down = PrometheusSource(f"http://127.0.0.1:{free_port()}")
     cache.source = down
     try:
-        with caplog.at_level(logging.INFO, logger="extender.sources"):
+        with caplog.at_level(logging.INFO, logger="gpupack.extender.sources"):
             started = time.monotonic()
             assert not await cache.refresh()
             assert not await cache.refresh()
@@ -311,7 +311,7 @@ async def test_prometheus_down_keeps_the_last_snapshot_whose_samples_age_out(
         assert cache.snapshot.fresh_utils("h100-new", newest + max_age + 1, max_age) == ()
 
         cache.source = source
-        with caplog.at_level(logging.INFO, logger="extender.sources"):
+        with caplog.at_level(logging.INFO, logger="gpupack.extender.sources"):
             assert await cache.refresh()
         assert reads[-1] is True
         assert any("readable again" in r.getMessage() for r in caplog.records)

@@ -11,10 +11,10 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupack.quantity import MAX_QUANTITY, QuantityError, parse_quantity
+from gpupack.core.quantity import MAX_QUANTITY, QuantityError, parse_quantity
+from gpupack.webhook.mutate import InvalidObject, plan
+from gpupack.webhook.review import build_response
 from tests.conftest import W, context
-from webhook.mutate import InvalidObject, plan
-from webhook.review import build_response
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**31), 2**31), st.text(max_size=8))
 json_value = st.recursive(

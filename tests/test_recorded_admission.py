@@ -9,8 +9,8 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
+from gpupack.webhook.mutate import plan
 from tests.conftest import ADMISSION, RECORDED_POLICY, context, recorded_facts, recorded_review
-from webhook.mutate import plan
 
 AFFINITY_NO_SPOT = {
     "op": "add",

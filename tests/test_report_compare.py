@@ -3,8 +3,8 @@ nodes, worked out by hand; node-hours, not node names, for clusters whose autosc
 
 from __future__ import annotations
 
-from report.compare import compare, period
-from report.usage import GpuUsage, Usage, Window
+from gpupack.report.compare import compare, period
+from gpupack.report.usage import GpuUsage, Usage, Window
 
 WEEK = Window(0.0, 7 * 86400.0)
 

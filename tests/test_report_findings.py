@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from report.build import build_report
-from report.document import Finding
-from report.findings import all_findings
-from report.findings.sizing import resizes
-from report.prices import read_prices
-from report.usage import GpuUsage
+from gpupack.report.build import build_report
+from gpupack.report.document import Finding
+from gpupack.report.findings import all_findings
+from gpupack.report.findings.sizing import resizes
+from gpupack.report.prices import read_prices
+from gpupack.report.usage import GpuUsage
 from tests.report_cluster_kit import A100, MIG_RESOURCES, WEEK, gpu, gpus, inputs, node, pdb, pod, usage
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from report.document import Thresholds
-from report.nvidia_smi import CsvError, NvidiaSmiLogs, node_file, read_log
-from report.usage import Window
+from gpupack.report.document import Thresholds
+from gpupack.report.nvidia_smi import CsvError, NvidiaSmiLogs, node_file, read_log
+from gpupack.report.usage import Window
 
 HEADER = "index, name, utilization.gpu [%], memory.used [MiB], memory.total [MiB]\n"
 A100 = "NVIDIA A100-SXM4-40GB"

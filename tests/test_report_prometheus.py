@@ -31,12 +31,12 @@ from bench.report.history import (
     steps,
     write_openmetrics,
 )
-from extender.dcgm_text import Workload
-from extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
-from gpupack.policy import MetricsPolicy
-from report.document import Thresholds
-from report.prometheus import QUERIES, PrometheusError, PrometheusUsage
-from report.usage import GpuUsage, Usage, Window
+from gpupack.core.policy import MetricsPolicy
+from gpupack.extender.dcgm_text import Workload
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.report.document import Thresholds
+from gpupack.report.prometheus import QUERIES, PrometheusError, PrometheusUsage
+from gpupack.report.usage import GpuUsage, Usage, Window
 
 D = 86400.0
 END = 1793577600.0  # 2026-11-02T00:00:00Z: a fixed time in the past, passed explicitly

@@ -32,9 +32,9 @@ from bench.report.history import (
     steps,
     write_openmetrics,
 )
-from extender.dcgm_text import Workload
-from extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from gpupack.cli import main
+from gpupack.extender.dcgm_text import Workload
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from tests.report_cluster_kit import node, pod
 
 D = 86400.0

@@ -17,11 +17,11 @@ import pytest
 from matplotlib.image import imread
 from rich.console import Console
 
-from report.charts import distribution_png, heatmap_png, time_ticks
-from report.document import Finding
-from report.present import CLASS_COLOURS, findings_by_weight, node_idle_gpu_hours
-from report.render_html import render_html
-from report.render_text import query_progress, render
+from gpupack.report.charts import distribution_png, heatmap_png, time_ticks
+from gpupack.report.document import Finding
+from gpupack.report.present import CLASS_COLOURS, findings_by_weight, node_idle_gpu_hours
+from gpupack.report.render_html import render_html
+from gpupack.report.render_text import query_progress, render
 from tests.report_kit import (
     ADVICE,
     HOSTILE_POD,

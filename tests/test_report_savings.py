@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from extender.inventory import node_from_json
-from report.cluster import ClusterError, gpu_nodes_of
-from report.prices import read_prices
-from report.savings import pod_work, savings, unbound
-from report.usage import GpuUsage
+from gpupack.extender.inventory import node_from_json
+from gpupack.report.cluster import ClusterError, gpu_nodes_of
+from gpupack.report.prices import read_prices
+from gpupack.report.savings import pod_work, savings, unbound
+from gpupack.report.usage import GpuUsage
 from tests.report_cluster_kit import A100, MIG_RESOURCES, WEEK, gpu, gpus, inputs, node, pod, usage
 
 HOURS = WEEK.hours

@@ -9,9 +9,9 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
-from gpupack.lease import ASSUMED_LIVE, LIVE, NO_API, NOT_READ_YET, SchedulerStatus
+from gpupack.core.lease import ASSUMED_LIVE, LIVE, NO_API, NOT_READ_YET, SchedulerStatus
+from gpupack.webhook.mutate import Decision, MutationContext, plan
 from tests.conftest import W, context, make_pod
-from webhook.mutate import Decision, MutationContext, plan
 
 EXPIRED = SchedulerStatus(False, "expired", "lease expired 40s ago")
 MISSING = SchedulerStatus(False, "missing", "lease not found")

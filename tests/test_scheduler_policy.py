@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupack.policy import PolicyError, parse_policy
+from gpupack.core.policy import PolicyError, parse_policy
 
 
 def test_by_default_gpu_pods_go_to_the_shipped_gpupack_scheduler_while_its_lease_is_renewed() -> None:

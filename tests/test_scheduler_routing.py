@@ -20,11 +20,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client import CollectorRegistry
 
-from demo.cluster import leader_lease
-from gpupack.server import ServeOptions
+from gpupack.core.server import ServeOptions
+from gpupack.demo.cluster import leader_lease
+from gpupack.webhook.service import WebhookConfig, build_app
 from tests.conftest import RECORDED_POLICY, recorded_review
 from tests.kube_kit import FakeApiServer, write_kubeconfig
-from webhook.service import WebhookConfig, build_app
 
 Client = TestClient[web.Request, web.Application]
 KEY = ("gpupack-system", "gpupack-scheduler")
@@ -105,7 +105,7 @@ async def test_a_dead_or_unreadable_lease_leaves_gpu_pods_on_the_default_schedul
     fake.lease_forbidden = served == "forbidden"
     client, registry = await webhook(aiohttp_client, kubeconfig)
     review = recorded_review(INFER)
-    with caplog.at_level(logging.WARNING, "webhook.unrouted"):
+    with caplog.at_level(logging.WARNING, "gpupack.webhook.unrouted"):
         response, ops = await admit(client, review)
         await admit(client, recorded_review("001-mutate-bert-batch"))
     assert not any(op["path"] == "/spec/schedulerName" for op in ops)
@@ -116,7 +116,9 @@ async def test_a_dead_or_unreadable_lease_leaves_gpu_pods_on_the_default_schedul
     assert warning.startswith("gpupack: gpupack-scheduler has no live leader " + words)
     assert warning.endswith("left on default-scheduler, not packed") and len(warning) <= 120
     assert unrouted(registry, reason) == 2
-    (line,) = [r for r in caplog.records if r.name == "webhook.unrouted"]  # the second pod falls in the same 10 s
+    (line,) = [
+        r for r in caplog.records if r.name == "gpupack.webhook.unrouted"
+    ]  # the second pod falls in the same 10 s
     assert line.levelno == logging.WARNING and line.exc_info is None
     assert line.getMessage().startswith(
         f"1 GPU pod left on default-scheduler, not packed, since the last line ({reason} 1)"

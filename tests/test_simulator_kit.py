@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from extender.fragmentation import TypicalShapes, typical_shapes
-from simulator.cluster import ClusterState, Placement
-from simulator.trace import MILLI, NodeRecord, PodRecord
+from gpupack.extender.fragmentation import TypicalShapes, typical_shapes
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.trace import MILLI, NodeRecord, PodRecord
 
 
 def make_node(name: str = "n0", cpu: int = 64_000, mem: int = 256_000, gpus: int = 8, model: str = "T4") -> NodeRecord:

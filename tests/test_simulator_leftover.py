@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.leftover import forced_remnant, leftover
-from simulator.metrics import FragmentationMeter
-from simulator.policies import POLICIES
-from simulator.policy import PolicyContext
-from simulator.protocol import run_protocol
+from gpupack.simulator.leftover import forced_remnant, leftover
+from gpupack.simulator.metrics import FragmentationMeter
+from gpupack.simulator.policies import POLICIES
+from gpupack.simulator.policy import PolicyContext
+from gpupack.simulator.protocol import run_protocol
 from tests.test_simulator_kit import cluster, make_node, make_pod, set_gpus, shapes_for
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.cluster import Placement, PlacementError
-from simulator.metrics import FragmentationMeter, arrived_points, point_metrics, window
-from simulator.policies import POLICIES
-from simulator.policy import PolicyContext
-from simulator.protocol import build_arrivals, run_protocol
+from gpupack.simulator.cluster import Placement, PlacementError
+from gpupack.simulator.metrics import FragmentationMeter, arrived_points, point_metrics, window
+from gpupack.simulator.policies import POLICIES
+from gpupack.simulator.policy import PolicyContext
+from gpupack.simulator.protocol import build_arrivals, run_protocol
 from tests.test_simulator_kit import cluster, make_node, make_pod, set_gpus, shapes_for
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.report import table
-from simulator.run import Progress, load_workload, make_workload, simulate
+from gpupack.simulator.report import table
+from gpupack.simulator.run import Progress, load_workload, make_workload, simulate
 from tests.test_simulator_kit import make_node, make_pod
 
-TRACE = Path(__file__).resolve().parents[1].parent / "shared/traces/alibaba-gpu-v2023/csv"
+TRACE = Path(__file__).resolve().parents[1] / "data/alibaba-gpu-v2023/csv"
 
 
 def small_workload():  # type: ignore[no-untyped-def]
@@ -46,7 +46,6 @@ def test_unknown_policies_are_refused_before_running() -> None:
         simulate(small_workload(), ["bestfit", "nope"])
 
 
-@pytest.mark.skipif(not TRACE.is_dir(), reason="shared trace not available")
 @pytest.mark.parametrize(("policy", "published"), [("bestfit", 93.08), ("fgd", 95.39)])
 def test_one_seed_on_the_default_trace_lands_near_the_published_figure(policy: str, published: float) -> None:
     report = simulate(load_workload("default", TRACE), [policy], seeds=[42])

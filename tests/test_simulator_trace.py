@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.trace import (
+from gpupack.simulator.trace import (
     DEFAULT_NODE_LIST,
     NodeRecord,
     PodRecord,
@@ -20,8 +20,7 @@ from simulator.trace import (
     read_pods,
 )
 
-TRACE = Path(__file__).resolve().parents[1].parent / "shared/traces/alibaba-gpu-v2023/csv"
-pytestmark = pytest.mark.skipif(not TRACE.is_dir(), reason="shared trace not available")
+TRACE = Path(__file__).resolve().parents[1] / "data/alibaba-gpu-v2023/csv"
 
 
 @functools.cache
@@ -29,7 +28,7 @@ def pods_by_name(variant: str) -> dict[str, PodRecord]:
     return {p.name: p for p in read_pods(pod_list_path(TRACE, variant))}
 
 
-def test_default_trace_dir_is_the_shared_copy_next_to_the_checkout() -> None:
+def test_default_trace_dir_is_the_copy_in_the_repository() -> None:
     assert default_trace_dir() == TRACE
 
 

@@ -13,11 +13,11 @@ import pytest
 from cryptography import x509
 from prometheus_client import CollectorRegistry
 
-from certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
-from certs.tls import server_context
-from gpupack.server import ServeOptions, start_server
+from gpupack.certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
+from gpupack.certs.tls import server_context
+from gpupack.core.server import ServeOptions, start_server
+from gpupack.webhook.service import WebhookConfig, build_app
 from tests.conftest import W, admission_review, make_pod, served_serial
-from webhook.service import WebhookConfig, build_app
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ async def test_tls_1_2_handshakes_and_nothing_older_is_offered(webhook_port: int
 async def test_a_slow_client_is_cut_off_at_every_stage(tls_dir: Path, stage: str) -> None:
     """A client that stalls in the TLS handshake, trickles its headers, or never finishes its body loses the
     connection (handshake timeout; the keep-alive timer, which partial headers do not reset; the body timeout)."""
-    from webhook.app import WebhookSettings
+    from gpupack.webhook.app import WebhookSettings
 
     app = build_app(
         WebhookConfig(None, ServeOptions(), settings=WebhookSettings(body_timeout=0.5)), CollectorRegistry()

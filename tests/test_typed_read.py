@@ -13,6 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpupack.webhook.mutate import InvalidObject, MutationContext, plan, plan_json
+from gpupack.webhook.review import BadReview, _decode_whole, parse_review
 from tests.conftest import (
     ADMISSION,
     RECORDED_POLICY,
@@ -24,8 +26,6 @@ from tests.conftest import (
     recorded_text,
 )
 from tests.test_properties import POLICIES, json_value, pods
-from webhook.mutate import InvalidObject, MutationContext, plan, plan_json
-from webhook.review import BadReview, _decode_whole, parse_review
 
 RECORDED = sorted(ADMISSION.glob("*.json"))
 

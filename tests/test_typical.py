@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from extender.inventory import NodeRecord, node_from_json
-from extender.packing import Ask
-from extender.state import ClusterState
-from extender.typical import REFRESH_PODS, ShapeBook, ask_of, gpu_layout
+from gpupack.extender.inventory import NodeRecord, node_from_json
+from gpupack.extender.packing import Ask
+from gpupack.extender.state import ClusterState
+from gpupack.extender.typical import REFRESH_PODS, ShapeBook, ask_of, gpu_layout
 from tests.extender_kit import A100_BALANCED, A100_BALANCED_GPUS, T4_SHARED, extender_for, gpu_pod, node, policy
 
 SHARED = "nvidia.com/gpu.shared"
@@ -97,8 +97,8 @@ def test_daemonset_pods_do_not_put_a_node_in_use() -> None:
 
 
 def test_a_snapshot_counts_assumed_replicas_on_top_of_the_bound_layout_until_they_expire() -> None:
-    from extender.live import EMPTY
-    from extender.verbs import View, snapshot
+    from gpupack.extender.live import EMPTY
+    from gpupack.extender.verbs import View, snapshot
 
     state = ClusterState()
     state.replace_nodes([T4])

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from gpupack.lease import SchedulerStatus
-from gpupack.policy import parse_policy
-from webhook.unrouted import UnroutedLog
+from gpupack.core.lease import SchedulerStatus
+from gpupack.core.policy import parse_policy
+from gpupack.webhook.unrouted import UnroutedLog
 
 EXPIRED = SchedulerStatus(False, "expired", "lease expired 40s ago")
 MISSING = SchedulerStatus(False, "missing", "lease not found")
@@ -21,7 +21,7 @@ def test_unrouted_pods_are_logged_at_most_once_per_interval_with_the_count_since
 ) -> None:
     now = [100.0]
     log = UnroutedLog(interval=10.0, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, "webhook.unrouted"):
+    with caplog.at_level(logging.WARNING, "gpupack.webhook.unrouted"):
         for at, status in [(100.0, EXPIRED), (101.0, EXPIRED), (105.0, MISSING), (109.9, EXPIRED), (110.0, EXPIRED)]:
             now[0] = at
             log.record(status, SCHEDULER, f"team-a/p-{at:g}")

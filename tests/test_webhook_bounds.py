@@ -14,13 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from bench.webhook.shapes import SHAPES, largest
-from gpupack.jsonbound import json_values_bound
-from gpupack.kube import ClusterFactsCache
-from gpupack.policy_store import PolicyStore
+from gpupack.core.jsonbound import json_values_bound
+from gpupack.core.kube import ClusterFactsCache
+from gpupack.core.policy_store import PolicyStore
+from gpupack.webhook import bounds
+from gpupack.webhook.app import make_app
+from gpupack.webhook.mutate import plan
 from tests.conftest import W, admission_review, context, loaded, make_pod
-from webhook import bounds
-from webhook.app import make_app
-from webhook.mutate import plan
 
 LABELLED = {W + "workload": "inference"}
 SHAPE_NAMES = list(SHAPES)
@@ -174,10 +174,10 @@ async def test_large_reviews_are_taken_one_at_a_time_and_small_ones_pass_them(
 ) -> None:
     """A 3 MiB review decodes to 25-95 MB of objects: two at once would take the webhook past its 256 Mi limit.
     While one is being handled, the next waits (here: the test holds the turn), and small reviews go on."""
-    import webhook.app
-    from webhook.app import STATE, WebhookSettings
+    import gpupack.webhook.app
+    from gpupack.webhook.app import STATE, WebhookSettings
 
-    monkeypatch.setattr(webhook.app, "LARGE_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(gpupack.webhook.app, "LARGE_WAIT_SECONDS", 0.5)
     app = make_app(PolicyStore(None, loaded("")), ClusterFactsCache(None), CollectorRegistry(), WebhookSettings())
     client = await aiohttp_client(app)
     large = _plannable()

@@ -17,15 +17,15 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupack.jsonbound import json_values_bound
-from gpupack.kube import ClusterFactsCache
-from gpupack.lease_cache import LeaseCache
-from gpupack.policy_store import PolicyStore
-from gpupack.server import BodyError, add_standard_routes, read_body
-from webhook.bounds import MAX_REVIEW_VALUES
-from webhook.metrics import WebhookMetrics
-from webhook.mutate import Decision, InvalidObject, MutationContext, plan_json
-from webhook.review import (
+from gpupack.core.jsonbound import json_values_bound
+from gpupack.core.kube import ClusterFactsCache
+from gpupack.core.lease_cache import LeaseCache
+from gpupack.core.policy_store import PolicyStore
+from gpupack.core.server import BodyError, add_standard_routes, read_body
+from gpupack.webhook.bounds import MAX_REVIEW_VALUES
+from gpupack.webhook.metrics import WebhookMetrics
+from gpupack.webhook.mutate import Decision, InvalidObject, MutationContext, plan_json
+from gpupack.webhook.review import (
     LARGE_BODY,
     PAUSED_GC,
     AdmissionRequest,
@@ -35,7 +35,7 @@ from webhook.review import (
     error_response,
     parse_review,
 )
-from webhook.unrouted import UnroutedLog
+from gpupack.webhook.unrouted import UnroutedLog
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from certs.issue import issue_ca, issue_serving_cert, write_pair
-from gpupack.contract import DEFAULT_SCHEDULER
-from webhook.patches import PatchOp, apply_patch
+from gpupack.certs.issue import issue_ca, issue_serving_cert, write_pair
+from gpupack.core.contract import DEFAULT_SCHEDULER
+from gpupack.webhook.patches import PatchOp, apply_patch
 
 
 def demo_pod(

@@ -11,11 +11,11 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Literal, cast
 
-from gpupack import contract
-from gpupack.k8s import Pod
-from gpupack.policy import Sharing, WorkloadClass
-from gpupack.quantity import QuantityError, parse_quantity
-from gpupack.validation import quoted
+from gpupack.core import contract
+from gpupack.core.k8s import Pod
+from gpupack.core.policy import Sharing, WorkloadClass
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.core.validation import quoted
 
 Latency = Literal["critical", "tolerant"]
 

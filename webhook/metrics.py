@@ -6,7 +6,7 @@ from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from gpupack.lease import NotLiveReason
+from gpupack.core.lease import NotLiveReason
 
 # The API server's own webhook histogram starts at 5 ms; ours resolves below it, where this webhook lives.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

@@ -14,20 +14,20 @@ from typing import Any, Literal
 import msgspec
 import orjson
 
-from gpupack import contract
-from gpupack.cluster import UNKNOWN, ClusterFacts
-from gpupack.k8s import InvalidPod, Pod, decode_pod, document, read_pod
-from gpupack.lease import ASSUMED_LIVE, SchedulerStatus
-from gpupack.policy import ClassPolicy, Policy
-from webhook.bounds import too_large
-from webhook.labels import LabelError, WorkloadRequest, read_request
-from webhook.outcome import ChangeKind, Notes, clip
-from webhook.patches import PatchBuilder, PatchOp
-from webhook.placement import place
-from webhook.priority import apply_priority
-from webhook.resources import apply_gpu, apply_requests, asks_for_gpu, gpu_container
-from webhook.routing import route
-from webhook.sizing import choose_gpu
+from gpupack.core import contract
+from gpupack.core.cluster import UNKNOWN, ClusterFacts
+from gpupack.core.k8s import InvalidPod, Pod, decode_pod, document, read_pod
+from gpupack.core.lease import ASSUMED_LIVE, SchedulerStatus
+from gpupack.core.policy import ClassPolicy, Policy
+from gpupack.webhook.bounds import too_large
+from gpupack.webhook.labels import LabelError, WorkloadRequest, read_request
+from gpupack.webhook.outcome import ChangeKind, Notes, clip
+from gpupack.webhook.patches import PatchBuilder, PatchOp
+from gpupack.webhook.placement import place
+from gpupack.webhook.priority import apply_priority
+from gpupack.webhook.resources import apply_gpu, apply_requests, asks_for_gpu, gpu_container
+from gpupack.webhook.routing import route
+from gpupack.webhook.sizing import choose_gpu
 
 Outcome = Literal["mutated", "unchanged", "skipped", "denied", "audited"]
 ANNOTATIONS = ("metadata", "annotations")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from gpupack.lease import SchedulerStatus
+from gpupack.core.lease import SchedulerStatus
 
 ChangeKind = Literal["gpu", "requests", "spot", "priority", "autoscaler", "scheduler", "conflict", "advice"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from gpupack.k8s import Pod
-from gpupack.policy import Policy, SpotPlacement
-from webhook.outcome import Notes
-from webhook.patches import PatchBuilder
+from gpupack.core.k8s import Pod
+from gpupack.core.policy import Policy, SpotPlacement
+from gpupack.webhook.outcome import Notes
+from gpupack.webhook.patches import PatchBuilder
 
 NODE_AFFINITY = ("spec", "affinity", "nodeAffinity")
 REQUIRED = (*NODE_AFFINITY, "requiredDuringSchedulingIgnoredDuringExecution")

@@ -16,14 +16,14 @@ from typing import Any
 import orjson
 import yaml
 
-from gpupack.cluster import ClusterFacts
-from gpupack.contract import DEFAULT_SCHEDULER
-from gpupack.lease import ASSUMED_LIVE, LeaseRef, SchedulerStatus, observe
-from gpupack.policy import Policy
-from gpupack.policy_store import LoadedPolicy
-from webhook.mutate import MutationContext, plan
-from webhook.patches import PatchOp, apply_patch
-from webhook.review import BadReview, parse_review
+from gpupack.core.cluster import ClusterFacts
+from gpupack.core.contract import DEFAULT_SCHEDULER
+from gpupack.core.lease import ASSUMED_LIVE, LeaseRef, SchedulerStatus, observe
+from gpupack.core.policy import Policy
+from gpupack.core.policy_store import LoadedPolicy
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import PatchOp, apply_patch
+from gpupack.webhook.review import BadReview, parse_review
 
 
 class PreviewError(ValueError):

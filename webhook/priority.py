@@ -8,11 +8,11 @@ PriorityClass as the API stores it; only when the API cannot be read do the poli
 
 from __future__ import annotations
 
-from gpupack.cluster import ClusterFacts, PriorityClassInfo
-from gpupack.k8s import Pod
-from gpupack.policy import ClassPolicy, Policy
-from webhook.outcome import Notes
-from webhook.patches import PatchBuilder
+from gpupack.core.cluster import ClusterFacts, PriorityClassInfo
+from gpupack.core.k8s import Pod
+from gpupack.core.policy import ClassPolicy, Policy
+from gpupack.webhook.outcome import Notes
+from gpupack.webhook.patches import PatchBuilder
 
 
 def lookup(name: str, policy: Policy, facts: ClusterFacts) -> tuple[PriorityClassInfo | None, str]:

@@ -6,14 +6,14 @@ node look emptier (or fuller) than it is, so every container of a GPU pod leaves
 
 from __future__ import annotations
 
-from gpupack import contract
-from gpupack.k8s import Container, Pod
-from gpupack.policy import ClassPolicy, Policy
-from gpupack.quantity import QuantityError, parse_quantity
-from webhook.labels import LabelError
-from webhook.outcome import Notes
-from webhook.patches import PatchBuilder, Path
-from webhook.sizing import GpuChoice
+from gpupack.core import contract
+from gpupack.core.k8s import Container, Pod
+from gpupack.core.policy import ClassPolicy, Policy
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.webhook.labels import LabelError
+from gpupack.webhook.outcome import Notes
+from gpupack.webhook.patches import PatchBuilder, Path
+from gpupack.webhook.sizing import GpuChoice
 
 
 def _gpu_keys(container: Container, shared: str) -> dict[str, str]:

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 import orjson
 
-from gpupack.validation import describe_msgspec
-from webhook.mutate import Decision
-from webhook.patches import encode_patch
+from gpupack.core.validation import describe_msgspec
+from gpupack.webhook.mutate import Decision
+from gpupack.webhook.patches import encode_patch
 
 API_VERSION: Final = "admission.k8s.io/v1"
 

@@ -9,12 +9,12 @@ the default": a pod is never sent to a scheduler nobody runs, where it would sta
 
 from __future__ import annotations
 
-from gpupack.contract import DEFAULT_SCHEDULER
-from gpupack.k8s import Pod
-from gpupack.lease import SchedulerStatus
-from gpupack.policy import Policy
-from webhook.outcome import Notes
-from webhook.patches import PatchBuilder
+from gpupack.core.contract import DEFAULT_SCHEDULER
+from gpupack.core.k8s import Pod
+from gpupack.core.lease import SchedulerStatus
+from gpupack.core.policy import Policy
+from gpupack.webhook.outcome import Notes
+from gpupack.webhook.patches import PatchBuilder
 
 SPEC = ("spec",)
 

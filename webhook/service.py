@@ -12,11 +12,11 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gpupack.kube import ClusterFactsCache, ClusterReader, KubeClusterReader, KubeLeaseReader, api_client
-from gpupack.lease_cache import LeaseCache, LeaseReader
-from gpupack.server import ServeOptions, serve_forever
-from gpupack.telemetry import ClusterReadMetrics, LeaseMetrics, monitored_policy_store
-from webhook.app import WebhookSettings, make_app
+from gpupack.core.kube import ClusterFactsCache, ClusterReader, KubeClusterReader, KubeLeaseReader, api_client
+from gpupack.core.lease_cache import LeaseCache, LeaseReader
+from gpupack.core.server import ServeOptions, serve_forever
+from gpupack.core.telemetry import ClusterReadMetrics, LeaseMetrics, monitored_policy_store
+from gpupack.webhook.app import WebhookSettings, make_app
 
 log = logging.getLogger(__name__)
 

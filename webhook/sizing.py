@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from gpupack import contract
-from gpupack.policy import ClassPolicy, MigProfileSpec, Policy, Sharing
-from gpupack.quantity import format_gib, parse_quantity
-from webhook.labels import WorkloadRequest
+from gpupack.core import contract
+from gpupack.core.policy import ClassPolicy, MigProfileSpec, Policy, Sharing
+from gpupack.core.quantity import format_gib, parse_quantity
+from gpupack.webhook.labels import WorkloadRequest
 
 # Every MIG admission renders its size for people; Decimal arithmetic makes that a visible cost, and the
 # sizes asked for are few, so the renderings are cached (Decimal is immutable and hashable).

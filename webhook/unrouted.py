@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from gpupack.contract import DEFAULT_SCHEDULER
-from gpupack.lease import SchedulerStatus
-from gpupack.logs import RateLimit
-from gpupack.policy import SchedulerPolicy
+from gpupack.core.contract import DEFAULT_SCHEDULER
+from gpupack.core.lease import SchedulerStatus
+from gpupack.core.logs import RateLimit
+from gpupack.core.policy import SchedulerPolicy
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ import orjson
 from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
 from bench.net import free_port, wait_port
 from bench.wrk import read_report
-from gpupack.argtypes import positive_float, positive_int
+from gpupack.core.argtypes import positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
@@ -307,13 +307,13 @@ def _event_lines(pods: list[dict[str, Any]], seed: int) -> tuple[list[bytes], li
 
 def measure_events(cluster: Cluster, batch: int = 1000) -> dict[str, Any]:
     """In this process, pinned to CPU 0: decode + apply each event, in the informer's batches."""
-    from extender.changes import apply_events
-    from extender.demand import RequestsCache
+    from gpupack.extender.changes import apply_events
+    from gpupack.extender.demand import RequestsCache
 
     cache = RequestsCache()  # the informer keeps one
-    from extender.service import load_lists
-    from extender.state import ClusterState
-    from gpupack.policy import Policy
+    from gpupack.core.policy import Policy
+    from gpupack.extender.service import load_lists
+    from gpupack.extender.state import ClusterState
 
     pods = pod_items(cluster)
     added, changed = _event_lines(pods, seed=3)
@@ -490,7 +490,7 @@ def main() -> int:
         tls: list[str] = []
         scheme = "http"
         if args.tls:
-            from certs.issue import issue_ca, issue_serving_cert, write_pair
+            from gpupack.certs.issue import issue_ca, issue_serving_cert, write_pair
 
             ca = issue_ca()
             write_pair(work, ca, issue_serving_cert(ca, ["localhost"], ["127.0.0.1"]))

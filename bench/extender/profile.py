@@ -40,15 +40,15 @@ def _timed(label: str, fn: Any, *args: Any) -> Any:
 
 
 def main() -> int:
-    from extender.demand import demand_of
-    from extender.live import aggregate
-    from extender.service import load_lists
-    from extender.sources import StaticSource
-    from extender.state import ClusterState
-    from extender.typical import ShapeBook
-    from extender.verbs import View, filter_nodes, prioritize_nodes
-    from extender.wire import filter_result, parse_args, priority_list
-    from gpupack.policy import Policy
+    from gpupack.core.policy import Policy
+    from gpupack.extender.demand import demand_of
+    from gpupack.extender.live import aggregate
+    from gpupack.extender.service import load_lists
+    from gpupack.extender.sources import StaticSource
+    from gpupack.extender.state import ClusterState
+    from gpupack.extender.typical import ShapeBook
+    from gpupack.extender.verbs import View, filter_nodes, prioritize_nodes
+    from gpupack.extender.wire import filter_result, parse_args, priority_list
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="write the generated cluster here (kept)")

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from bench.net import free_port, wait_port
-from extender.wire import BYTES_PER_VALUE, MAX_DECODED_BYTES, decoded_bytes_bound
+from gpupack.extender.wire import BYTES_PER_VALUE, MAX_DECODED_BYTES, decoded_bytes_bound
 
 MIB = 2**20
 CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
@@ -39,11 +39,11 @@ CHILD = """
 import sys
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from extender.app import Extender, ExtenderSettings, make_app
-from extender.service import load_lists
-from extender.state import ClusterState
-from gpupack.policy import parse_policy
-from gpupack.policy_store import LoadedPolicy, PolicyStore
+from gpupack.extender.app import Extender, ExtenderSettings, make_app
+from gpupack.extender.service import load_lists
+from gpupack.extender.state import ClusterState
+from gpupack.core.policy import parse_policy
+from gpupack.core.policy_store import LoadedPolicy, PolicyStore
 nodes = [{"metadata": {"name": f"n{i}"}, "status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "8"}}}
          for i in range(100)]
 store = PolicyStore(None, LoadedPolicy(parse_policy(b""), "bench"))

@@ -27,7 +27,7 @@ from typing import Any
 
 from bench.report.cluster import cluster
 from bench.report.history import PROMETHEUS, PROMTOOL, PrometheusServer, backfill_chunked
-from gpupack.argtypes import positive_float, positive_int
+from gpupack.core.argtypes import positive_float, positive_int
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"

@@ -17,10 +17,10 @@ from pathlib import Path
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from extender.sources import SIGNALS
-from report.document import Thresholds
-from report.prometheus import PrometheusUsage
-from report.usage import Window
+from gpupack.extender.sources import SIGNALS
+from gpupack.report.document import Thresholds
+from gpupack.report.prometheus import PrometheusUsage
+from gpupack.report.usage import Window
 
 
 def _vm_kib(field: str) -> int:

@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.report.history import Device, HistoryNode, Stint, Times, Values
-from extender.dcgm_text import HostLabel, Workload
-from extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.extender.dcgm_text import HostLabel, Workload
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 
 DAY = 86400.0
 H100_MIB = 81559.0

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.net import free_port
-from extender.dcgm_text import HELP, HostLabel, Workload, label_set, series_labels
+from gpupack.extender.dcgm_text import HELP, HostLabel, Workload, label_set, series_labels
 
 Times = npt.NDArray[np.float64]
 Values = Callable[[Times], npt.NDArray[np.float64]]

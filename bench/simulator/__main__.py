@@ -29,13 +29,13 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from gpupack.argtypes import positive_int  # noqa: E402
-from simulator.cli import available_cores  # noqa: E402
-from simulator.policies import POLICIES  # noqa: E402
-from simulator.protocol import SeedRun  # noqa: E402
-from simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
-from simulator.trace import MILLI, default_trace_dir, pod_list_path, pod_variants  # noqa: E402
-from simulator.variants import STRESS  # noqa: E402
+from gpupack.core.argtypes import positive_int  # noqa: E402
+from gpupack.simulator.cli import available_cores  # noqa: E402
+from gpupack.simulator.policies import POLICIES  # noqa: E402
+from gpupack.simulator.protocol import SeedRun  # noqa: E402
+from gpupack.simulator.run import DEFAULT_SEEDS, Workload, load_workload, simulate  # noqa: E402
+from gpupack.simulator.trace import MILLI, default_trace_dir, pod_list_path, pod_variants  # noqa: E402
+from gpupack.simulator.variants import STRESS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results/simulator.json"

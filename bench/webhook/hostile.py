@@ -31,9 +31,9 @@ import orjson
 
 from bench.net import free_port, wait_port
 from bench.webhook.shapes import ALL_SHAPES, largest
-from certs.issue import issue_ca, issue_serving_cert, write_pair
-from gpupack.argtypes import positive_int
-from webhook.demo import demo_pod, review
+from gpupack.certs.issue import issue_ca, issue_serving_cert, write_pair
+from gpupack.core.argtypes import positive_int
+from gpupack.webhook.demo import demo_pod, review
 
 LABELLED = {"gpupack.io/workload": "inference"}
 

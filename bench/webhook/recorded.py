@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDED = ROOT.parent / "shared/fixtures/recorded-k8s-1.36"
+RECORDED = ROOT / "tests/fixtures/recorded-k8s-1.36"
 FIXTURE = RECORDED / "admission/000-mutate-llm-infer-7b-abc12.json"
 
 

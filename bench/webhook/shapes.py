@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from webhook.app import MAX_BODY_BYTES
-from webhook.demo import demo_pod, review
+from gpupack.webhook.app import MAX_BODY_BYTES
+from gpupack.webhook.demo import demo_pod, review
 
 Fill = Callable[[dict[str, Any], int], None]
 

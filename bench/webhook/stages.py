@@ -47,16 +47,16 @@ from aiohttp.test_utils import make_mocked_request
 from prometheus_client import CollectorRegistry
 
 from bench.webhook import bare, recorded
-from gpupack.argtypes import positive_int
-from gpupack.k8s import decode_pod, document
-from gpupack.kube import ClusterFactsCache, facts_from_lists
-from gpupack.lease_cache import LeaseCache
-from gpupack.policy_store import PolicyStore
-from webhook import app as webhook_app
-from webhook import mutate
-from webhook.bounds import too_large
-from webhook.mutate import MutationContext, plan_json, plan_pod, shape_of
-from webhook.review import build_response, parse_review
+from gpupack.core.argtypes import positive_int
+from gpupack.core.k8s import decode_pod, document
+from gpupack.core.kube import ClusterFactsCache, facts_from_lists
+from gpupack.core.lease_cache import LeaseCache
+from gpupack.core.policy_store import PolicyStore
+from gpupack.webhook import app as webhook_app
+from gpupack.webhook import mutate
+from gpupack.webhook.bounds import too_large
+from gpupack.webhook.mutate import MutationContext, plan_json, plan_pod, shape_of
+from gpupack.webhook.review import build_response, parse_review
 
 Stage = Callable[[], Awaitable[None]]
 

@@ -16,8 +16,8 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
-from certs.tls import CertificateProblem, reload_chain
-from gpupack.watch import files_digest, unreadable
+from gpupack.certs.tls import CertificateProblem, reload_chain
+from gpupack.core.watch import files_digest, unreadable
 
 log = logging.getLogger(__name__)
 

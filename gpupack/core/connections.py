@@ -33,7 +33,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpupack.logs import RateLimit
+from gpupack.core.logs import RateLimit
 
 log = logging.getLogger(__name__)
 

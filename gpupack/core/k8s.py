@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from gpupack.validation import describe_msgspec
+from gpupack.core.validation import describe_msgspec
 
 
 class InvalidPod(ValueError):

@@ -28,10 +28,10 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from gpupack import contract
-from gpupack.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts
-from gpupack.lease import LeaseUnreadable
-from gpupack.telemetry import ClusterReadMetrics
+from gpupack.core import contract
+from gpupack.core.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts
+from gpupack.core.lease import LeaseUnreadable
+from gpupack.core.telemetry import ClusterReadMetrics
 
 log = logging.getLogger(__name__)
 

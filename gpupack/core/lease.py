@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from gpupack.validation import quoted
+from gpupack.core.validation import quoted
 
 NotLiveReason = Literal["not-read-yet", "unreadable", "missing", "no-holder", "expired", "invalid"]
 """Why pods are not sent to the scheduler; stable, they label `gpupack_webhook_unrouted_total`."""

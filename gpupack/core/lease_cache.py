@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from gpupack.lease import (
+from gpupack.core.lease import (
     NO_API,
     NOT_READ_YET,
     LeaseRef,
@@ -25,8 +25,8 @@ from gpupack.lease import (
     observe,
     read_failed,
 )
-from gpupack.policy import SchedulerPolicy
-from gpupack.telemetry import LeaseMetrics
+from gpupack.core.policy import SchedulerPolicy
+from gpupack.core.telemetry import LeaseMetrics
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class LeaseCache:
         ref = LeaseRef(scheduler.lease.namespace, scheduler.lease.name)
         try:
             raw = await asyncio.to_thread(self.reader.read, ref.namespace, ref.name)
-        except Exception as exc:  # LeaseUnreadable from gpupack.kube; anything else from another reader
+        except Exception as exc:  # LeaseUnreadable from gpupack.core.kube; anything else from another reader
             message = str(exc) if isinstance(exc, LeaseUnreadable) else f"{type(exc).__name__}: {exc}"
             self.observation = read_failed(ref, self.observation, message)
             kept = self.observation.held is not None

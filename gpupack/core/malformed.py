@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from gpupack.logs import RateLimit
+from gpupack.core.logs import RateLimit
 
 INTERVAL_SECONDS = 10.0
 """Least time between two log lines about malformed requests; the ones in between are counted in the next."""

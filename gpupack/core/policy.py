@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpupack import contract, yamldoc
-from gpupack.gpus import CATALOG, DEFAULT_MIG_GPUS
-from gpupack.quantity import QuantityError, parse_quantity
-from gpupack.validation import DOCUMENT_CONFIG, describe
+from gpupack.core import contract, yamldoc
+from gpupack.core.gpus import CATALOG, DEFAULT_MIG_GPUS
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.core.validation import DOCUMENT_CONFIG, describe
 
 Sharing = Literal["mig", "time-slicing", "exclusive"]
 SpotPlacement = Literal["require", "prefer", "forbid"]

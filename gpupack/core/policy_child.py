@@ -13,7 +13,7 @@ import pickle
 import resource
 import sys
 
-from gpupack.policy import MAX_POLICY_BYTES, PolicyError, parse_policy
+from gpupack.core.policy import MAX_POLICY_BYTES, PolicyError, parse_policy
 
 ADDRESS_SPACE = 192 * 1024 * 1024
 """The child's address space (RLIMIT_AS). It shares the service's memory limit: the interpreter with its

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupack.policy import MAX_POLICY_BYTES, Policy, PolicyError, parse_policy, policy_version
-from gpupack.watch import RETRY, NotAFile, poll_changes, read_file
+from gpupack.core.policy import MAX_POLICY_BYTES, Policy, PolicyError, parse_policy, policy_version
+from gpupack.core.watch import RETRY, NotAFile, poll_changes, read_file
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ async def parse_in_child(raw: bytes, source: str, timeout: float = CHILD_TIMEOUT
             sys.executable,
             "-I",  # isolated: neither the environment nor the working directory changes what it imports
             "-m",
-            "gpupack.policy_child",
+            "gpupack.core.policy_child",
             source,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_UP, Context, Decimal, DecimalException, InvalidOperation
 
-from gpupack.validation import quoted
+from gpupack.core.validation import quoted
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {

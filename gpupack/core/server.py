@@ -29,9 +29,9 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
-from certs.tls import server_context, validity
-from gpupack.certwatch import CertificateReloader
-from gpupack.connections import (
+from gpupack.certs.tls import server_context, validity
+from gpupack.core.certwatch import CertificateReloader
+from gpupack.core.connections import (
     DEFAULT_LIMIT,
     READ_BUFSIZE,
     ConnectionGuard,
@@ -39,7 +39,7 @@ from gpupack.connections import (
     protocol_factory,
     trim_memory,
 )
-from gpupack.malformed import ProtocolLog
+from gpupack.core.malformed import ProtocolLog
 
 log = logging.getLogger(__name__)
 

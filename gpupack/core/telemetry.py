@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gpupack.policy_store import LoadedPolicy, PolicyStore, load_policy_file
+from gpupack.core.policy_store import LoadedPolicy, PolicyStore, load_policy_file
 
 
 class PolicyMetrics:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.dcgm_text import Gpu, MigGpu, MigInstance, Workload
-from extender.dcgm_text import Node as ExporterNode
-from webhook.demo import demo_pod
+from gpupack.extender.dcgm_text import Gpu, MigGpu, MigInstance, Workload
+from gpupack.extender.dcgm_text import Node as ExporterNode
+from gpupack.webhook.demo import demo_pod
 
 W = "gpupack.io/"
 SPOT = {"key": "node-type", "value": "spot", "effect": "NoSchedule"}

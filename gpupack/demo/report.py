@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from extender.inventory import NodeRecord
-from gpupack import contract
+from gpupack.core import contract
+from gpupack.extender.inventory import NodeRecord
 
 
 def gpus_in_use(node: NodeRecord, used: Mapping[str, int]) -> int:

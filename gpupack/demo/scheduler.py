@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.demand import pod_requests
+from gpupack.extender.demand import pod_requests
 
 
 def tolerates(pod: Mapping[str, Any], taints: list[dict[str, str]]) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from demo.cluster import NODES, SPOT
+from gpupack.demo.cluster import NODES, SPOT
 
 STEP_SECONDS = 300
 WEEK_SECONDS = 7 * 24 * 3600
@@ -237,9 +237,9 @@ def report_week(workdir: Path, end: float) -> None:
 
     from rich.console import Console
 
-    from report.cli import add_arguments, report
-    from report.render_html import render_html
-    from report.render_text import render
+    from gpupack.report.cli import add_arguments, report
+    from gpupack.report.render_html import render_html
+    from gpupack.report.render_text import render
 
     logs, cluster = write_week(workdir / "week", end)
     page = workdir / "report.html"

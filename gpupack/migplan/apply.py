@@ -23,8 +23,8 @@ from typing import Any, Final, Literal, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, write_to_textfile
 
-from gpupack.kube import KubeCallFailed
-from migplan.apply_steps import (
+from gpupack.core.kube import KubeCallFailed
+from gpupack.migplan.apply_steps import (
     FAILURES,
     ApplyOptions,
     Outcome,
@@ -36,7 +36,7 @@ from migplan.apply_steps import (
     relabel_patch,
     uncordon_patch,
 )
-from migplan.nodes import CONFIG_LABEL, is_mig_node
+from gpupack.migplan.nodes import CONFIG_LABEL, is_mig_node
 
 log = logging.getLogger("gpupack.migplan")
 

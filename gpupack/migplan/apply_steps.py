@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from gpupack.quantity import QuantityError, parse_quantity
-from migplan.nodes import CONFIG_LABEL, STATE_LABEL, uses_gpus
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.migplan.nodes import CONFIG_LABEL, STATE_LABEL, uses_gpus
 
 ANNOTATION: Final = "gpupack.io/mig-apply"
 """Set with the cordon, value the config being applied: tells an admin why the node is cordoned, and tells the next

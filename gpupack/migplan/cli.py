@@ -20,13 +20,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpupack.argtypes import positive_float
+from gpupack.core.argtypes import positive_float
 
 if TYPE_CHECKING:
-    from gpupack.kube import KubeNodeOps
-    from gpupack.policy import Policy
-    from migplan.apply import ApplyReport
-    from migplan.solve import MigNode, Plan
+    from gpupack.core.kube import KubeNodeOps
+    from gpupack.core.policy import Policy
+    from gpupack.migplan.apply import ApplyReport
+    from gpupack.migplan.solve import MigNode, Plan
 
 DEFAULT_DEMAND_HOURS = 6.0
 
@@ -42,7 +42,7 @@ def config_map_ref(text: str) -> str:
 
 def window_length(text: str) -> str:
     """A Prometheus duration, checked when the command line is read."""
-    from report.window import WindowError, duration
+    from gpupack.report.window import WindowError, duration
 
     try:
         duration(text)
@@ -152,8 +152,8 @@ class Inputs:
 
 
 def _policy(args: argparse.Namespace) -> Policy:
-    from gpupack.policy import Policy
-    from gpupack.policy_store import load_policy_file
+    from gpupack.core.policy import Policy
+    from gpupack.core.policy_store import load_policy_file
 
     return load_policy_file(args.config).policy if args.config is not None else Policy()
 
@@ -161,11 +161,11 @@ def _policy(args: argparse.Namespace) -> Policy:
 def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | None) -> Inputs:
     """The demand and the MIG nodes from the source the command line names (`ops` for a live cluster), raised by
     the forecast."""
-    from migplan.demand import cluster_demand, mig_nodes, read_forecast, with_forecast
+    from gpupack.migplan.demand import cluster_demand, mig_nodes, read_forecast, with_forecast
 
     if args.scenario is not None:
-        from migplan.scenario import scenario_demand, scenario_nodes
-        from simulator.day_scenario import load_scenario
+        from gpupack.migplan.scenario import scenario_demand, scenario_nodes
+        from gpupack.simulator.day_scenario import load_scenario
 
         scenario = load_scenario(args.scenario)
         nodes = scenario_nodes(scenario, policy)
@@ -173,7 +173,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | Non
         demand, whole_gpus = scenario_demand(scenario, policy, nodes, args.demand_hours), 0
         source = f"{args.scenario} (first {args.demand_hours:g} h)"
     else:
-        from report.cluster import from_objects, read_cluster_file
+        from gpupack.report.cluster import from_objects, read_cluster_file
 
         if ops is None:
             cluster = read_cluster_file(args.cluster)
@@ -189,9 +189,9 @@ def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | Non
     if args.demand is not None:
         demand = with_forecast(demand, read_forecast(args.demand))
     if args.prometheus_url is not None:
-        from migplan.forecast import prometheus_forecast
-        from report.prometheus import PrometheusUsage
-        from report.window import instant
+        from gpupack.migplan.forecast import prometheus_forecast
+        from gpupack.report.prometheus import PrometheusUsage
+        from gpupack.report.window import instant
 
         prometheus = PrometheusUsage(args.prometheus_url)
         try:
@@ -204,7 +204,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | Non
 
 def node_ops(args: argparse.Namespace) -> KubeNodeOps | None:
     """The API calls through the kubeconfig or the pod's service account; None without a live cluster."""
-    from gpupack.kube import KubeNodeOps, api_client
+    from gpupack.core.kube import KubeNodeOps, api_client
 
     if args.kubeconfig is None and not args.in_cluster:
         return None
@@ -213,7 +213,7 @@ def node_ops(args: argparse.Namespace) -> KubeNodeOps | None:
 
 def plan_json(plan: Plan, inputs: Inputs) -> dict[str, Any]:
     """The plan as the `--json` document."""
-    from migplan.config import config_name, mig_parted_config
+    from gpupack.migplan.config import config_name, mig_parted_config
 
     return {
         "source": inputs.source,
@@ -244,7 +244,7 @@ def render_text(plan: Plan, inputs: Inputs) -> str:
     """The plan for people: what is asked, what it takes, each node's layout and the commands to set it."""
     import yaml
 
-    from migplan.config import config_name, mig_parted_config
+    from gpupack.migplan.config import config_name, mig_parted_config
 
     nodes, source = inputs.nodes, inputs.source
     current = {n.name: n.config for n in nodes}
@@ -298,7 +298,7 @@ def output_document(plan: Plan, config_map: dict[str, Any] | None) -> dict[str, 
     """What `--output` writes: with the MIG manager's ConfigMap (`--mig-config-map` on a live cluster), that
     ConfigMap with the plan's layouts added (ready for `kubectl apply -f`); else the mig-parted document of the
     plan's layouts alone."""
-    from migplan.config import merged_config_map, mig_parted_config
+    from gpupack.migplan.config import merged_config_map, mig_parted_config
 
     if config_map is not None:
         return merged_config_map(config_map, plan.nodes)
@@ -307,9 +307,9 @@ def output_document(plan: Plan, config_map: dict[str, Any] | None) -> dict[str, 
 
 def apply(args: argparse.Namespace, plan: Plan, ops: KubeNodeOps, config_map: dict[str, Any] | None) -> ApplyReport:
     """Relabel the planned nodes (`migplan.apply`), after checking the MIG manager knows every name."""
-    from migplan.apply import ApplyMetrics, apply_plan, write_metrics
-    from migplan.apply_steps import ApplyOptions, Relabel
-    from migplan.config import CUSTOM_PREFIX, config_name, mig_parted_document
+    from gpupack.migplan.apply import ApplyMetrics, apply_plan, write_metrics
+    from gpupack.migplan.apply_steps import ApplyOptions, Relabel
+    from gpupack.migplan.config import CUSTOM_PREFIX, config_name, mig_parted_document
 
     names = {config_name(n) for n in plan.nodes}
     custom = sorted(n for n in names if n.startswith(CUSTOM_PREFIX))
@@ -339,10 +339,10 @@ def apply(args: argparse.Namespace, plan: Plan, ops: KubeNodeOps, config_map: di
 
 def compare(args: argparse.Namespace, plan: Plan) -> str:
     """The day under every stock layout of the MIG model and under the plan, as a table (or JSON)."""
-    from migplan.config import config_name
-    from simulator.cli import available_cores
-    from simulator.day_scenario import load_scenario
-    from simulator.mig_layouts import compare_layouts, render_table, stock_candidates
+    from gpupack.migplan.config import config_name
+    from gpupack.simulator.cli import available_cores
+    from gpupack.simulator.day_scenario import load_scenario
+    from gpupack.simulator.mig_layouts import compare_layouts, render_table, stock_candidates
 
     scenario = load_scenario(args.scenario)
     planned = {n.node: (config_name(n), n.per_gpu) for n in plan.nodes}
@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
     reconfiguration failed (a node skipped as busy, cordoned or over the limit is not a failure)."""
     import yaml
 
-    from migplan.solve import plan
+    from gpupack.migplan.solve import plan
 
     if args.apply and args.scenario is not None:
         raise ValueError("--apply needs a cluster (--kubeconfig or --in-cluster), not a scenario")

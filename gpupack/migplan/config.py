@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from migplan.geometry import Counts
-from migplan.solve import NodePlan
-from migplan.stock import stock_name
+from gpupack.migplan.geometry import Counts
+from gpupack.migplan.solve import NodePlan
+from gpupack.migplan.stock import stock_name
 
 CONFIG_KEY = "config.yaml"
 """The key of the MIG manager's ConfigMap that holds the mig-parted document."""

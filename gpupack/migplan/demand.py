@@ -21,19 +21,19 @@ from typing import Any
 
 import yaml
 
-from extender.demand import DemandError, pod_requests
-from extender.inventory import node_from_json
-from gpupack import contract
-from gpupack.gpus import CATALOG
-from gpupack.kube import facts_from_lists
-from gpupack.policy import Policy
-from migplan.geometry import compute_slices
-from migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
-from migplan.solve import PROFILE_PREFIX, MigNode, PlanError
-from migplan.stock import DISABLED
-from report.cluster import FINISHED, Cluster, labels_of
-from webhook.mutate import MutationContext, plan
-from webhook.patches import apply_patch
+from gpupack.core import contract
+from gpupack.core.gpus import CATALOG
+from gpupack.core.kube import facts_from_lists
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import DemandError, pod_requests
+from gpupack.extender.inventory import node_from_json
+from gpupack.migplan.geometry import compute_slices
+from gpupack.migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
+from gpupack.migplan.solve import PROFILE_PREFIX, MigNode, PlanError
+from gpupack.migplan.stock import DISABLED
+from gpupack.report.cluster import FINISHED, Cluster, labels_of
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import apply_patch
 
 GPU_PREFIX = "nvidia.com/"
 """Every GPU resource the device plugin advertises: whole, time-sliced or MIG."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 
-from gpupack.contract import mig_resource
-from gpupack.gpus import CATALOG
-from report.prometheus import PrometheusUsage
+from gpupack.core.contract import mig_resource
+from gpupack.core.gpus import CATALOG
+from gpupack.report.prometheus import PrometheusUsage
 
 STEP = "5m"
 """The subquery's resolution: a pod that came and went between two steps is not seen, and 7 days at 5 m are 2,016

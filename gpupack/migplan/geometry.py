@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import cache
 
-from gpupack.contract import mig_resource
-from gpupack.gpus import CATALOG, MigProfile
+from gpupack.core.contract import mig_resource
+from gpupack.core.gpus import CATALOG, MigProfile
 
 Counts = tuple[tuple[str, int], ...]
 """Instances per profile name on one GPU, sorted by name, without zeros: hashable and comparable."""

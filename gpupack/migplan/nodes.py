@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from extender.inventory import LABEL_MIG_CONFIG
-from gpupack.contract import RESOURCE_MIG_PREFIX
-from report.cluster import FINISHED
+from gpupack.core.contract import RESOURCE_MIG_PREFIX
+from gpupack.extender.inventory import LABEL_MIG_CONFIG
+from gpupack.report.cluster import FINISHED
 
 CONFIG_LABEL: Final = LABEL_MIG_CONFIG
 """The MIG manager's layout label: the mig-parted config name to apply (the extender reads it too)."""

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from gpupack import contract
-from gpupack.contract import mig_resource
-from migplan.geometry import Counts, instances, maximal_layouts, profiles_of
+from gpupack.core import contract
+from gpupack.core.contract import mig_resource
+from gpupack.migplan.geometry import Counts, instances, maximal_layouts, profiles_of
 
 PROFILE_PREFIX = contract.RESOURCE_MIG_PREFIX
 

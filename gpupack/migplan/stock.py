@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from migplan.geometry import Counts, counts_of
+from gpupack.migplan.geometry import Counts, counts_of
 
 _A100_40 = "A100-40GB"
 _EIGHTY = ("A100-80GB", "H100-80GB")

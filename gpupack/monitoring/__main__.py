@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from monitoring.build import ROOT, write
+from gpupack.monitoring.build import ROOT, write
 
 for path in write():
     print(path.relative_to(ROOT))

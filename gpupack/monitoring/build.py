@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from monitoring import dashboards
-from monitoring.rules import groups
-from monitoring.thresholds import DEFAULT, AlertThresholds
+from gpupack.monitoring import dashboards
+from gpupack.monitoring.rules import groups
+from gpupack.monitoring.thresholds import DEFAULT, AlertThresholds
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "manifests" / "monitoring"
 RULE_FILE = MONITORING / "prometheus" / "gpupack-rules.yaml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"

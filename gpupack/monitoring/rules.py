@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from monitoring.thresholds import DEFAULT, AlertThresholds
+from gpupack.monitoring.thresholds import DEFAULT, AlertThresholds
 
 HOST_LABELS = ("Hostname", "hostname")
 WEBHOOK_JOB = "gpupack-webhook"

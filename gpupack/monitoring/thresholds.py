@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from report.document import Thresholds as _ReportThresholds
+from gpupack.report.document import Thresholds as _ReportThresholds
 
 _REPORT = _ReportThresholds()
 

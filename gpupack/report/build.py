@@ -3,8 +3,8 @@ and (when given) the savings and the before/after comparison. Pure: every input 
 
 from __future__ import annotations
 
-from report.document import Comparison, NodeRow, Report, Savings, Summary
-from report.findings import Inputs, all_findings
+from gpupack.report.document import Comparison, NodeRow, Report, Savings, Summary
+from gpupack.report.findings import Inputs, all_findings
 
 
 def advice(util: float | None, underused: float) -> str:

@@ -17,8 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from report.document import Report
-from report.present import CLASS_COLOURS, nodes_by_waste
+from gpupack.report.document import Report
+from gpupack.report.present import CLASS_COLOURS, nodes_by_waste
 
 DPI = 100
 """Sharp on a screen, small enough inline: the two PNGs of a 40-node week are about 100 kB together."""

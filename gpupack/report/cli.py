@@ -15,18 +15,18 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpupack.argtypes import positive_float
-from report.document import Thresholds
-from report.nvidia_smi import NvidiaSmiLogs
-from report.window import span, window
+from gpupack.core.argtypes import positive_float
+from gpupack.report.document import Thresholds
+from gpupack.report.nvidia_smi import NvidiaSmiLogs
+from gpupack.report.window import span, window
 
 if TYPE_CHECKING:
-    from gpupack.policy import Policy
-    from report.cluster import Cluster
-    from report.document import Report
-    from report.prices import Prices
-    from report.sources import Progress, UsageSource
-    from report.usage import Usage, UtilizationMetric, Window
+    from gpupack.core.policy import Policy
+    from gpupack.report.cluster import Cluster
+    from gpupack.report.document import Report
+    from gpupack.report.prices import Prices
+    from gpupack.report.sources import Progress, UsageSource
+    from gpupack.report.usage import Usage, UtilizationMetric, Window
 
 WORK_UNIT = "unit of --work-query"
 DEFAULT_WINDOW = "7d"
@@ -106,12 +106,12 @@ def _thresholds(args: argparse.Namespace) -> Thresholds:
 
 
 def _cluster(args: argparse.Namespace) -> Cluster | None:
-    from report.cluster import from_objects, read_cluster_file
+    from gpupack.report.cluster import from_objects, read_cluster_file
 
     if args.cluster:
         return read_cluster_file(args.cluster)
     if args.kubeconfig is not None or args.in_cluster:
-        from gpupack.kube import KubeClusterObjects, api_client
+        from gpupack.core.kube import KubeClusterObjects, api_client
 
         reader = KubeClusterObjects(api_client(args.kubeconfig, args.in_cluster))
         return from_objects(reader.read(), "the API")
@@ -123,7 +123,7 @@ def _source(args: argparse.Namespace, policy: Policy) -> UsageSource:
     `extender.metrics.nodeLabel`), so the report reads the nodes the extender scores."""
     if args.nvidia_smi:
         return NvidiaSmiLogs(args.nvidia_smi)
-    from report.prometheus import PrometheusUsage
+    from gpupack.report.prometheus import PrometheusUsage
 
     url = str(args.prometheus_url).rstrip("/")
     if not url.startswith(("http://", "https://")):
@@ -168,12 +168,12 @@ def _window(args: argparse.Namespace, source: UsageSource) -> Window:
 def report(args: argparse.Namespace, progress: Progress | None = None) -> Report:
     """Read every source the arguments name and build the report. Raises ValueError or OSError naming what
     could not be read."""
-    from gpupack.policy_store import load_policy_file
-    from report.build import build_report
-    from report.compare import DEFAULT_UNIT, compare, period
-    from report.findings import Inputs
-    from report.prices import read_prices
-    from report.savings import savings
+    from gpupack.core.policy_store import load_policy_file
+    from gpupack.report.build import build_report
+    from gpupack.report.compare import DEFAULT_UNIT, compare, period
+    from gpupack.report.findings import Inputs
+    from gpupack.report.prices import read_prices
+    from gpupack.report.savings import savings
 
     if bool(args.before) != bool(args.after):
         raise ValueError("--before and --after go together")
@@ -210,7 +210,7 @@ def _work(args: argparse.Namespace, source: UsageSource, over: Window) -> float 
     """The window's total of `--work-query` (None without one: busy GPU-hours are the work)."""
     if not args.work_query:
         return None
-    from report.prometheus import PrometheusUsage
+    from gpupack.report.prometheus import PrometheusUsage
 
     if not isinstance(source, PrometheusUsage):
         raise ValueError("--work-query needs --prometheus-url (it is a PromQL query)")
@@ -221,8 +221,8 @@ def run(args: argparse.Namespace) -> int:
     """The subcommand: 0 when the report was made (printed, or written to --html)."""
     from rich.console import Console
 
-    from report.render_html import render_html
-    from report.render_text import query_progress, render
+    from gpupack.report.render_html import render_html
+    from gpupack.report.render_text import query_progress, render
 
     console = Console(stderr=args.json)  # with --json, only the document goes to standard output
     with query_progress(console, json_output=args.json) as progress:

@@ -14,10 +14,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from extender.demand import DemandError, pod_requests
-from extender.inventory import node_from_json
-from gpupack import contract
-from gpupack.policy import Policy
+from gpupack.core import contract
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import DemandError, pod_requests
+from gpupack.extender.inventory import node_from_json
 
 MAX_CLUSTER_BYTES = 2 * 1024**3
 """The largest cluster file read (150,000 pods are about 1 GB of `kubectl get -o json`)."""

@@ -11,8 +11,8 @@ or more, or when the same work took fewer GPU-hours or fewer GPU nodes (by at le
 
 from __future__ import annotations
 
-from report.document import Comparison, Period
-from report.usage import Usage
+from gpupack.report.document import Comparison, Period
+from gpupack.report.usage import Usage
 
 IN_USE = 1.0
 """Percent above which a GPU counts as in use."""

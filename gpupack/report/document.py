@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from report.usage import NodeUsage, Window
+from gpupack.report.usage import NodeUsage, Window
 
 Severity = Literal["high", "medium", "low", "info"]
 NodeClass = Literal["idle", "underused", "ok", "hot", "unknown"]

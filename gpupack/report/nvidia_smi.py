@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from report.document import Thresholds
-from report.sources import Progress
-from report.usage import GpuUsage, Usage, UtilizationMetric, Window
+from gpupack.report.document import Thresholds
+from gpupack.report.sources import Progress
+from gpupack.report.usage import GpuUsage, Usage, UtilizationMetric, Window
 
 INTERVAL_SECONDS = 5.0
 """The guide's `-l 5`: the spacing of rows without a timestamp."""

@@ -6,8 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from report.document import SEVERITY_ORDER, Comparison, Evidence, Finding, NodeRow, Report, Savings, iso, sort_findings
-from report.usage import Window
+from gpupack.report.document import (
+    SEVERITY_ORDER,
+    Comparison,
+    Evidence,
+    Finding,
+    NodeRow,
+    Report,
+    Savings,
+    iso,
+    sort_findings,
+)
+from gpupack.report.usage import Window
 
 CLASS_COLOURS = {
     "idle": "#c0392b",

@@ -19,8 +19,8 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpupack import yamldoc
-from gpupack.validation import DOCUMENT_CONFIG, describe
+from gpupack.core import yamldoc
+from gpupack.core.validation import DOCUMENT_CONFIG, describe
 
 MAX_PRICES_BYTES = 1024 * 1024
 

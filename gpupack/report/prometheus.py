@@ -40,13 +40,13 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
-from extender.live import FB_FREE, FB_USED, GR_ENGINE_ACTIVE, HOST_LABELS
-from gpupack.policy import MetricsPolicy
-from report import promql
-from report.document import Thresholds, iso
-from report.series import Catalog, Key, Labels, Row, Stat, gpus, hourly
-from report.sources import Progress
-from report.usage import GpuUsage, Usage, UtilizationMetric, Window, compute_slices
+from gpupack.core.policy import MetricsPolicy
+from gpupack.extender.live import FB_FREE, FB_USED, GR_ENGINE_ACTIVE, HOST_LABELS
+from gpupack.report import promql
+from gpupack.report.document import Thresholds, iso
+from gpupack.report.series import Catalog, Key, Labels, Row, Stat, gpus, hourly
+from gpupack.report.sources import Progress
+from gpupack.report.usage import GpuUsage, Usage, UtilizationMetric, Window, compute_slices
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 """Per query. Longer than the extender's 10 s: a week of 1,000 nodes takes seconds per query, not milliseconds."""

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, HOST_LABELS
-from report.usage import UtilizationMetric
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, HOST_LABELS
+from gpupack.report.usage import UtilizationMetric
 
 WHOLE_UTIL = f'{GPU_UTIL}{{GPU_I_ID=""}}'
 """GPU_UTIL of whole GPUs (DCGM writes none for MIG instances; a series with `GPU_I_ID` would not be one)."""

@@ -11,9 +11,9 @@ import base64
 from collections.abc import Iterable
 from html import escape
 
-from report.charts import distribution_png, heatmap_png
-from report.document import Comparison, Finding, Report, Savings
-from report.present import (
+from gpupack.report.charts import distribution_png, heatmap_png
+from gpupack.report.document import Comparison, Finding, Report, Savings
+from gpupack.report.present import (
     CLASS_COLOURS,
     NONE,
     NUMERIC_HEADERS,

@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from report.document import Comparison, Finding, Report, Savings
-from report.present import (
+from gpupack.report.document import Comparison, Finding, Report, Savings
+from gpupack.report.present import (
     CLASS_COLOURS,
     NUMERIC_HEADERS,
     SEVERITY_COLOURS,
@@ -32,7 +32,7 @@ from report.present import (
     summary_rows,
     verdict_line,
 )
-from report.sources import Progress as SourceProgress
+from gpupack.report.sources import Progress as SourceProgress
 
 
 def render(report: Report, console: Console) -> None:

@@ -29,21 +29,21 @@ from typing import Any
 
 import numpy as np
 
-from demo.report import gpus_in_use
-from extender.demand import DemandError, PodDemand, demand_of
-from extender.inventory import NodeRecord
-from extender.live import LiveMetrics
-from extender.typical import REFRESH_PODS
-from gpupack import contract
-from gpupack.kube import facts_from_lists
-from report.cluster import Cluster, gpu_nodes_of, gpu_resources, is_daemonset_pod, key, labels_of
-from report.document import Savings
-from report.findings.inputs import Inputs
-from report.findings.sizing import resizes
-from report.usage import compute_slices
-from simulator.placement import Placement, constraints_of
-from webhook.mutate import MutationContext, plan
-from webhook.patches import apply_patch
+from gpupack.core import contract
+from gpupack.core.kube import facts_from_lists
+from gpupack.demo.report import gpus_in_use
+from gpupack.extender.demand import DemandError, PodDemand, demand_of
+from gpupack.extender.inventory import NodeRecord
+from gpupack.extender.live import LiveMetrics
+from gpupack.extender.typical import REFRESH_PODS
+from gpupack.report.cluster import Cluster, gpu_nodes_of, gpu_resources, is_daemonset_pod, key, labels_of
+from gpupack.report.document import Savings
+from gpupack.report.findings.inputs import Inputs
+from gpupack.report.findings.sizing import resizes
+from gpupack.report.usage import compute_slices
+from gpupack.simulator.placement import Placement, constraints_of
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import apply_patch
 
 FINISHED = ("Succeeded", "Failed")
 

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.live import exporter_pods, node_of, workload
-from report.usage import GpuUsage
+from gpupack.extender.live import exporter_pods, node_of, workload
+from gpupack.report.usage import GpuUsage
 
 Labels = Mapping[str, str]
 Key = tuple[str, str, str | None, str | None]

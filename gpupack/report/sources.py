@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from report.document import Thresholds
-from report.usage import Usage, UtilizationMetric, Window
+from gpupack.report.document import Thresholds
+from gpupack.report.usage import Usage, UtilizationMetric, Window
 
 Progress = Callable[[str, int, int], None]
 """Called as work goes on: (what, done, total), for the terminal's progress bar."""

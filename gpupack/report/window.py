@@ -10,7 +10,7 @@ import re
 import time
 from datetime import UTC, datetime
 
-from report.usage import Window
+from gpupack.report.usage import Window
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.cluster import ClusterState, Placement
-from simulator.devices import exclusive_gpus, random_fit_gpu
-from simulator.policy import Bools, Ints, Policy, PolicyContext, ScoredPolicy
-from simulator.trace import MILLI, PodRecord
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.devices import exclusive_gpus, random_fit_gpu
+from gpupack.simulator.policy import Bools, Ints, Policy, PolicyContext, ScoredPolicy
+from gpupack.simulator.trace import MILLI, PodRecord
 
 MAX_SPEC_CPU = 128_000.0
 """The authors' CPU normaliser (milli-cores of their largest node)."""

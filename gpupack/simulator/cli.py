@@ -11,12 +11,12 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from simulator.policies import POLICIES
-from simulator.report import plot, table
-from simulator.run import Progress as RunProgress
-from simulator.run import load_workload, simulate
-from simulator.trace import default_trace_dir, pod_list_path
-from simulator.variants import STRESS
+from gpupack.simulator.policies import POLICIES
+from gpupack.simulator.report import plot, table
+from gpupack.simulator.run import Progress as RunProgress
+from gpupack.simulator.run import load_workload, simulate
+from gpupack.simulator.trace import default_trace_dir, pod_list_path
+from gpupack.simulator.variants import STRESS
 
 PROGRESS_AFTER = 2.0
 """Seconds after which a progress bar appears on standard error (short runs print only the result)."""
@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
 def run_scenario(args: argparse.Namespace) -> int:
     """The synthetic day of `args.scenario` without gpupack, under spread and under gpupack: table or JSON, and
     the plot."""
-    from simulator.day import compare, load_scenario, plot_day, run_all
-    from simulator.day_metrics import table as day_table
+    from gpupack.simulator.day import compare, load_scenario, plot_day, run_all
+    from gpupack.simulator.day_metrics import table as day_table
 
     check_flags(args)
     scenario = load_scenario(args.scenario)

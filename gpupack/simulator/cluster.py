@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from extender.packing import ABSENT
-from simulator.trace import MILLI, NodeRecord, PodRecord
+from gpupack.extender.packing import ABSENT
+from gpupack.simulator.trace import MILLI, NodeRecord, PodRecord
 
 MAX_GPUS = 8
 """GPUs per node in the trace (8 at most); the width of the per-GPU matrix."""

@@ -37,12 +37,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from extender.demand import demand_of
-from extender.live import LiveMetrics
-from gpupack import contract
-from gpupack.kube import facts_from_lists
-from gpupack.policy import Policy, ScoringPolicy
-from simulator.day_cluster import (
+from gpupack.core import contract
+from gpupack.core.kube import facts_from_lists
+from gpupack.core.policy import Policy, ScoringPolicy
+from gpupack.extender.demand import demand_of
+from gpupack.extender.live import LiveMetrics
+from gpupack.simulator.day_cluster import (
     JobArrival,
     NodeLayoutSpec,
     ReplicaDraws,
@@ -51,12 +51,12 @@ from simulator.day_cluster import (
     replica_pod,
     without_gpupack,
 )
-from simulator.day_metrics import WITHOUT, DayResult, Meter, SimPod, comparison
-from simulator.day_plot import plot_day
-from simulator.day_scenario import Scenario, ScenarioError, load_scenario, replicas_at
-from simulator.placement import Placement, constraints_of
-from webhook.mutate import MutationContext, plan
-from webhook.patches import apply_patch
+from gpupack.simulator.day_metrics import WITHOUT, DayResult, Meter, SimPod, comparison
+from gpupack.simulator.day_plot import plot_day
+from gpupack.simulator.day_scenario import Scenario, ScenarioError, load_scenario, replicas_at
+from gpupack.simulator.placement import Placement, constraints_of
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import apply_patch
 
 __all__ = [
     "RUNS",
@@ -73,7 +73,7 @@ __all__ = [
 Run = ScoringPolicy | Literal["none"]
 """A run's key: `none` (WITHOUT: the cluster without gpupack), else the extender's scoring policy."""
 RUNS: tuple[Run, ...] = (WITHOUT, "spread", "gpupack")
-DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "synthetic-day.yaml"
+DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "synthetic-day.yaml"
 NO_LIVE = LiveMetrics({}, 0.0)
 """What kube-scheduler alone reads of DCGM: nothing."""
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from demo.cluster import A100, H100, SPOT, T4
-from gpupack import contract
-from migplan.config import layout_name as migplan_layout_name
-from migplan.geometry import Counts, LayoutError, check, counts_of, instances
-from migplan.stock import STOCK
-from simulator.day_scenario import (
+from gpupack.core import contract
+from gpupack.demo.cluster import A100, H100, SPOT, T4
+from gpupack.migplan.config import layout_name as migplan_layout_name
+from gpupack.migplan.geometry import Counts, LayoutError, check, counts_of, instances
+from gpupack.migplan.stock import STOCK
+from gpupack.simulator.day_scenario import (
     DEFAULT_MIG_LAYOUT,
     LABEL_VALUE,
     MIG_MODEL,
@@ -33,7 +33,7 @@ from simulator.day_scenario import (
     ScenarioError,
     Spread,
 )
-from webhook.demo import demo_pod
+from gpupack.webhook.demo import demo_pod
 
 MIG_PER_GPU = {contract.mig_resource(name): n for name, n in STOCK[DEFAULT_MIG_LAYOUT][MIG_MODEL]}
 """The default (`all-balanced`) layout of an A100-40GB: 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb per GPU."""

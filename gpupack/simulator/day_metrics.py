@@ -22,12 +22,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from demo.report import gpus_in_use
-from extender.demand import PodDemand
-from extender.inventory import NodeRecord
-from extender.state import ClusterState
-from gpupack.contract import RESOURCE_MIG_PREFIX as MIG_PREFIX
-from simulator.day_scenario import Scenario
+from gpupack.core.contract import RESOURCE_MIG_PREFIX as MIG_PREFIX
+from gpupack.demo.report import gpus_in_use
+from gpupack.extender.demand import PodDemand
+from gpupack.extender.inventory import NodeRecord
+from gpupack.extender.state import ClusterState
+from gpupack.simulator.day_scenario import Scenario
 
 
 @dataclass(slots=True, eq=False)

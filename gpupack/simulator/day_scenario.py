@@ -15,12 +15,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpupack import yamldoc
-from gpupack.policy import Policy, Sharing
-from gpupack.quantity import QuantityError, parse_quantity
-from gpupack.validation import DOCUMENT_CONFIG, describe
-from migplan.geometry import LayoutError, check
-from migplan.stock import stock_for
+from gpupack.core import yamldoc
+from gpupack.core.policy import Policy, Sharing
+from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.core.validation import DOCUMENT_CONFIG, describe
+from gpupack.migplan.geometry import LayoutError, check
+from gpupack.migplan.stock import stock_for
 
 GpuKind = Literal["a100-mig", "h100", "t4"]
 DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from extender.packing import Ask, packed_gpu
-from simulator.cluster import ClusterState, Placement
-from simulator.trace import MILLI, PodRecord
+from gpupack.extender.packing import Ask, packed_gpu
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.trace import MILLI, PodRecord
 
 
 def exclusive_gpus(state: ClusterState, node: int, count: int) -> tuple[int, ...]:

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.fragmentation import TypicalShapes, per_distinct_state
-from extender.packing import Ask, fgd_score, sharing_decrease, whole_decrease
-from simulator.cluster import ClusterState, Placement
-from simulator.devices import exclusive_gpus
-from simulator.policy import Bools, Ints, Policy, PolicyContext
-from simulator.trace import PodRecord
+from gpupack.extender.fragmentation import TypicalShapes, per_distinct_state
+from gpupack.extender.packing import Ask, fgd_score, sharing_decrease, whole_decrease
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.devices import exclusive_gpus
+from gpupack.simulator.policy import Bools, Ints, Policy, PolicyContext
+from gpupack.simulator.trace import PodRecord
 
 StateScorer = Callable[[TypicalShapes, Ask, Ints, Ints, Ints], tuple[Ints, Ints]]
 """(shapes, ask, model [K], free CPU [K], free milli per GPU [K, G]) -> (score, GPU for a sharing pod or -1)."""

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from extender.fragmentation import TypicalShapes
-from extender.packing import MILLI, cpu_per_gpu, order_key, packed_scores, partial_gpus, stays_open, tie_key
-from simulator.cluster import ClusterState, Placement
-from simulator.fgd import ShapeScoreCache, ask_of, place_on
-from simulator.policy import Bools, Ints, Policy, PolicyContext
-from simulator.trace import PodRecord
+from gpupack.extender.fragmentation import TypicalShapes
+from gpupack.extender.packing import MILLI, cpu_per_gpu, order_key, packed_scores, partial_gpus, stays_open, tie_key
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.fgd import ShapeScoreCache, ask_of, place_on
+from gpupack.simulator.policy import Bools, Ints, Policy, PolicyContext
+from gpupack.simulator.trace import PodRecord
 
 
 class GpupackPolicy:

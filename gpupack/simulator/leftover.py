@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cluster import ClusterState
-from simulator.trace import MILLI
+from gpupack.simulator.cluster import ClusterState
+from gpupack.simulator.trace import MILLI
 
 HALF = MILLI // 2
 """A share larger than half a GPU is alone of its size on that GPU, so it leaves exactly `1000 - share` room."""

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from extender.fragmentation import TypicalShapes, node_fragmentation
-from simulator.cluster import ClusterState
+from gpupack.extender.fragmentation import TypicalShapes, node_fragmentation
+from gpupack.simulator.cluster import ClusterState
 
 Ints = NDArray[np.int64]
 Floats = NDArray[np.float64]

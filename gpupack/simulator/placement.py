@@ -23,16 +23,16 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import orjson
 
-from demo.report import gpus_in_use
-from demo.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
-from extender.demand import PodDemand
-from extender.inventory import NodeRecord, node_from_json
-from extender.live import LiveMetrics, NodeUtils
-from extender.score import priorities, spread
-from extender.state import ClusterState
-from extender.typical import ShapeBook
-from extender.verbs import View, judge, snapshot
-from gpupack.policy import Policy
+from gpupack.core.policy import Policy
+from gpupack.demo.report import gpus_in_use
+from gpupack.demo.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
+from gpupack.extender.demand import PodDemand
+from gpupack.extender.inventory import NodeRecord, node_from_json
+from gpupack.extender.live import LiveMetrics, NodeUtils
+from gpupack.extender.score import priorities, spread
+from gpupack.extender.state import ClusterState
+from gpupack.extender.typical import ShapeBook
+from gpupack.extender.verbs import View, judge, snapshot
 
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """The taint kube-scheduler's NodeUnschedulable plugin checks a cordoned node's pods against."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from simulator.baselines import bestfit_policy, binpack_policy, dotproduct_policy, random_policy, spread_policy
-from simulator.fgd import fgd_policy
-from simulator.gpupack import gpupack_autoscaled_policy, gpupack_policy
-from simulator.policy import PolicyFactory
+from gpupack.simulator.baselines import bestfit_policy, binpack_policy, dotproduct_policy, random_policy, spread_policy
+from gpupack.simulator.fgd import fgd_policy
+from gpupack.simulator.gpupack import gpupack_autoscaled_policy, gpupack_policy
+from gpupack.simulator.policy import PolicyFactory
 
 POLICIES: dict[str, PolicyFactory] = {
     "random": random_policy,

@@ -17,10 +17,10 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from extender.fragmentation import TypicalShapes
-from simulator.cluster import ClusterState, Placement
-from simulator.devices import packed_placement
-from simulator.trace import PodRecord
+from gpupack.extender.fragmentation import TypicalShapes
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.devices import packed_placement
+from gpupack.simulator.trace import PodRecord
 
 Ints = NDArray[np.int64]
 Bools = NDArray[np.bool_]

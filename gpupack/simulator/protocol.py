@@ -23,9 +23,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from simulator.cluster import ClusterState
-from simulator.leftover import Leftover, leftover
-from simulator.metrics import (
+from gpupack.simulator.cluster import ClusterState
+from gpupack.simulator.leftover import Leftover, leftover
+from gpupack.simulator.metrics import (
     Floats,
     FragmentationMeter,
     PointMetrics,
@@ -33,8 +33,8 @@ from simulator.metrics import (
     point_metrics,
     window,
 )
-from simulator.policy import Policy
-from simulator.trace import MILLI, PodRecord
+from gpupack.simulator.policy import Policy
+from gpupack.simulator.trace import MILLI, PodRecord
 
 DEFAULT_RATIO = 1.3
 """Target total GPU request of the arrival list, in multiples of the cluster's GPU capacity."""

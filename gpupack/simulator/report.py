@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.run import Report
+from gpupack.simulator.run import Report
 
 PUBLISHED: dict[str, dict[str, float]] = {
     # Weng et al., USENIX ATC '23, default trace, mean of 10 seeds: allocation % at 100% and 130% arrived demand.

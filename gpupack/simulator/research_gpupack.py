@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.fragmentation import TypicalShapes
-from extender.packing import (
+from gpupack.extender.fragmentation import TypicalShapes
+from gpupack.extender.packing import (
     FGD_RESOLUTION,
     Ask,
     cpu_per_gpu,
@@ -32,11 +32,11 @@ from extender.packing import (
     sharing_decrease,
     whole_decrease,
 )
-from simulator.cluster import ClusterState, Placement
-from simulator.fgd import ShapeScoreCache, StateScorer, fgd_states, place_on
-from simulator.gpupack import GpupackPolicy
-from simulator.policy import Bools, Ints, Policy, PolicyContext, PolicyFactory
-from simulator.trace import MILLI, PodRecord
+from gpupack.simulator.cluster import ClusterState, Placement
+from gpupack.simulator.fgd import ShapeScoreCache, StateScorer, fgd_states, place_on
+from gpupack.simulator.gpupack import GpupackPolicy
+from gpupack.simulator.policy import Bools, Ints, Policy, PolicyContext, PolicyFactory
+from gpupack.simulator.trace import MILLI, PodRecord
 
 NODE_MILLI = 8 * MILLI
 """Most milli-GPU one node has (8 GPUs)."""

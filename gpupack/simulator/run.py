@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from extender.fragmentation import TypicalShapes, typical_shapes
-from simulator.cluster import ClusterState
-from simulator.metrics import FragmentationMeter, PointMetrics
-from simulator.policies import POLICIES
-from simulator.policy import PolicyContext, PolicyFactory
-from simulator.protocol import DEFAULT_RATIO, REPORT_POINTS, SeedRun, build_arrivals, run_protocol
-from simulator.trace import (
+from gpupack.extender.fragmentation import TypicalShapes, typical_shapes
+from gpupack.simulator.cluster import ClusterState
+from gpupack.simulator.metrics import FragmentationMeter, PointMetrics
+from gpupack.simulator.policies import POLICIES
+from gpupack.simulator.policy import PolicyContext, PolicyFactory
+from gpupack.simulator.protocol import DEFAULT_RATIO, REPORT_POINTS, SeedRun, build_arrivals, run_protocol
+from gpupack.simulator.trace import (
     DEFAULT_NODE_LIST,
     MILLI,
     NodeRecord,
@@ -35,7 +35,7 @@ from simulator.trace import (
     read_nodes,
     read_pods,
 )
-from simulator.variants import STRESS, generate
+from gpupack.simulator.variants import STRESS, generate
 
 DEFAULT_SEEDS = tuple(range(42, 52))
 """The artifact's ten seeds."""

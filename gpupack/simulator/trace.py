@@ -70,8 +70,8 @@ class PodRecord:
 
 
 def default_trace_dir() -> Path:
-    """`../shared/traces/alibaba-gpu-v2023/csv` relative to the repository root (it may not exist)."""
-    return Path(__file__).resolve().parents[1].parent / "shared/traces/alibaba-gpu-v2023/csv"
+    """`data/alibaba-gpu-v2023/csv` of the repository (a source checkout; an installed gpupack has no trace)."""
+    return Path(__file__).resolve().parents[2] / "data/alibaba-gpu-v2023/csv"
 
 
 def pod_list_path(trace_dir: Path, variant: str) -> Path:

@@ -32,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from simulator.trace import MILLI, NodeRecord, PodRecord, pod_list_path, read_pods
+from gpupack.simulator.trace import MILLI, NodeRecord, PodRecord, pod_list_path, read_pods
 
 Axis = Literal["cpu", "share", "multigpu", "spec"]
 PREFIX = "stress-"

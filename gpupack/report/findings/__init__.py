@@ -8,9 +8,9 @@ whole GPUs they do not use), `risks` (latency-critical pods on shared GPUs, infe
 
 from __future__ import annotations
 
-from report.document import Finding, sort_findings
-from report.findings import blockers, memory, risks, sizing, utilization
-from report.findings.inputs import Inputs
+from gpupack.report.document import Finding, sort_findings
+from gpupack.report.findings import blockers, memory, risks, sizing, utilization
+from gpupack.report.findings.inputs import Inputs
 
 __all__ = ["Inputs", "all_findings"]
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpupack import contract
-from report.cluster import annotations_of, controller, is_daemonset_pod, key, labels_of, workload
-from report.document import Finding
-from report.findings.inputs import Inputs
-from report.findings.selectors import matches
+from gpupack.core import contract
+from gpupack.report.cluster import annotations_of, controller, is_daemonset_pod, key, labels_of, workload
+from gpupack.report.document import Finding
+from gpupack.report.findings.inputs import Inputs
+from gpupack.report.findings.selectors import matches
 
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 SAFE_LOCAL_VOLUMES = "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes"

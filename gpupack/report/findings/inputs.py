@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from gpupack.policy import Policy
-from report.cluster import Cluster, is_spot, key
-from report.document import NodeClass, Thresholds
-from report.prices import Prices
-from report.usage import GpuUsage, NodeUsage, Usage
+from gpupack.core.policy import Policy
+from gpupack.report.cluster import Cluster, is_spot, key
+from gpupack.report.document import NodeClass, Thresholds
+from gpupack.report.prices import Prices
+from gpupack.report.usage import GpuUsage, NodeUsage, Usage
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpupack.policy import MigProfileSpec, Policy
-from report.cluster import workload
-from report.document import Finding
-from report.findings.inputs import Inputs
-from report.usage import GpuUsage
-from webhook.sizing import smallest_fitting
+from gpupack.core.policy import MigProfileSpec, Policy
+from gpupack.report.cluster import workload
+from gpupack.report.document import Finding
+from gpupack.report.findings.inputs import Inputs
+from gpupack.report.usage import GpuUsage
+from gpupack.webhook.sizing import smallest_fitting
 
 MIB = Decimal(2**20)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupack import contract
-from report.cluster import controller, gpu_resources, key, labels_of, workload
-from report.document import Finding
-from report.findings.inputs import Inputs
+from gpupack.core import contract
+from gpupack.report.cluster import controller, gpu_resources, key, labels_of, workload
+from gpupack.report.document import Finding
+from gpupack.report.findings.inputs import Inputs
 
 BATCH_OWNERS = ("Job", "CronJob")
 """Controllers of run-to-completion pods: not serving anything whose latency matters."""

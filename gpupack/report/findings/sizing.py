@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from gpupack import contract
-from gpupack.kube import advertised_from
-from report.cluster import gpu_resources, key, labels_of, workload
-from report.document import Finding
-from report.findings.inputs import Inputs
-from report.usage import GpuUsage
-from webhook.labels import WorkloadRequest
-from webhook.sizing import GpuChoice, choose_gpu
+from gpupack.core import contract
+from gpupack.core.kube import advertised_from
+from gpupack.report.cluster import gpu_resources, key, labels_of, workload
+from gpupack.report.document import Finding
+from gpupack.report.findings.inputs import Inputs
+from gpupack.report.usage import GpuUsage
+from gpupack.webhook.labels import WorkloadRequest
+from gpupack.webhook.sizing import GpuChoice, choose_gpu
 
 HEADROOM = 1.25
 """Memory asked for over the most the workload used: activations and batch sizes vary."""

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from gpupack import contract
-from report import cluster
-from report.document import Finding
-from report.findings.inputs import Inputs
+from gpupack.core import contract
+from gpupack.report import cluster
+from gpupack.report.document import Finding
+from gpupack.report.findings.inputs import Inputs
 
 
 def _money(inputs: Inputs, node: str) -> dict[str, float | None]:
