@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.core.gpus import CATALOG, MigProfile
+from gpupack.core.gpus.catalog import CATALOG, MigProfile
 from gpupack.core.policy import Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
 

@@ -15,11 +15,13 @@ import pytest
 from cryptography import x509
 
 from gpupack.certs.issue import KeyPair, issue_ca, issue_serving_cert, write_pair
+from gpupack.core.admitted import admitted_pod
 from gpupack.core.cluster import ClusterFacts
 from gpupack.core.kube import facts_from_lists
 from gpupack.core.policy import parse_policy
 from gpupack.core.policy_store import LoadedPolicy
-from gpupack.webhook.demo import demo_pod, review
+from gpupack.testing.apiserver import FakeApiServer
+from gpupack.testing.pods import review
 from gpupack.webhook.mutate import MutationContext
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +45,14 @@ def recorded_review(name: str) -> dict[str, Any]:
     """One recorded AdmissionReview by file stem."""
     review: dict[str, Any] = json.loads(recorded_text(ADMISSION / f"{name}.json"))
     return review
+
+
+def recorded_api_server() -> FakeApiServer:
+    """The HTTP-level fake API server holding the recorded cluster's PriorityClasses and nodes."""
+    return FakeApiServer(
+        json.loads((RECORDED / "priorityclasses.json").read_text())["items"],
+        json.loads((RECORDED / "nodes.json").read_text())["items"],
+    )
 
 
 def recorded_facts() -> ClusterFacts:
@@ -83,7 +93,7 @@ def make_pod(
     **spec: Any,
 ) -> dict[str, Any]:
     """A pod as the API server hands it to webhooks (the demo's pod, named `p`), with test overrides."""
-    pod = demo_pod("p", labels, owner=owner, namespace=namespace)
+    pod = admitted_pod("p", labels, owner=owner, namespace=namespace)
     if annotations is not None:
         pod["metadata"]["annotations"] = annotations
     pod["spec"]["containers"] = containers or [{"name": "main", "image": "img"}]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
-from tests.kube_kit import status_body, write_kubeconfig
+from gpupack.testing.apiserver import status_body, write_kubeconfig
 
 __all__ = ["Call", "FakeMigCluster", "Mode", "gpu_pod", "mig_node", "write_kubeconfig"]
 

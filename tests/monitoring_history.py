@@ -12,7 +12,7 @@ Every value is a step function of the time before now (`Signal`), so a test read
 whose expressions hold at now, `PLANTED.alerts_silent` those that must not.
 
 The world as the exporters write it:
-- DCGM exporter (`bench.report.history`, `extender.dcgm_text.series_labels`): `gpu, UUID, pci_bus_id, device,
+- DCGM exporter (`gpupack.testing.history`, `extender.dcgm_text.series_labels`): `gpu, UUID, pci_bus_id, device,
   modelName`, the host label (`Hostname`, `hostname` on mig-1), MIG instances' `GPU_I_PROFILE, GPU_I_ID`,
   `namespace, pod, container` of the pod the GPU is mapped to; scraped directly (`job, instance` added).
 - kube-state-metrics 2.x: resource names sanitized (`nvidia.com/mig-3g.40gb` is `nvidia_com_mig_3g_40gb`), units
@@ -54,7 +54,10 @@ from typing import Any, Literal, TextIO
 import numpy as np
 import yaml
 
-from bench.report.history import (
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.extender.metrics import LATENCY_BUCKETS as EXTENDER_BUCKETS
+from gpupack.testing.dcgm import HostLabel, Workload, label_set
+from gpupack.testing.history import (
     PROMETHEUS,
     PROMTOOL,
     Device,
@@ -67,9 +70,6 @@ from bench.report.history import (
     steps,
     write_openmetrics,
 )
-from gpupack.extender.dcgm_text import HostLabel, Workload, label_set
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
-from gpupack.extender.metrics import LATENCY_BUCKETS as EXTENDER_BUCKETS
 from gpupack.webhook.metrics import LATENCY_BUCKETS as WEBHOOK_BUCKETS
 
 M, H, D = 60.0, 3600.0, 86400.0
@@ -125,7 +125,7 @@ class Signal:
         return Signal(self.first * factor, tuple((ago, v * factor) for ago, v in self.changes))
 
     def values(self, now: float) -> Values:
-        """As a function of sample times, for `bench.report.history`."""
+        """As a function of sample times, for `gpupack.testing.history`."""
         return steps(self.first, *((now - ago, v) for ago, v in self.changes))
 
 

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 
-import gpupack.simulator.day
-import gpupack.simulator.placement
+import gpupack.placement.choice
+import gpupack.simulator.day.simulate
 from gpupack.cli import main
 from gpupack.core import contract
-from gpupack.simulator.day import DEFAULT_SCENARIO, RUNS, WITHOUT, _Day, compare, plot_day, run_all, run_day
-from gpupack.simulator.day_cluster import (
+from gpupack.simulator.day.cluster import (
     MIG_PER_GPU,
     PARTITIONING_LABELS,
     cluster_nodes,
@@ -23,8 +22,9 @@ from gpupack.simulator.day_cluster import (
     replica_pod,
     without_gpupack,
 )
-from gpupack.simulator.day_metrics import SimPod, saving
-from gpupack.simulator.day_scenario import Scenario, ScenarioError, load_scenario, parse_scenario, replicas_at
+from gpupack.simulator.day.metrics import SimPod, saving
+from gpupack.simulator.day.scenario import Scenario, ScenarioError, load_scenario, parse_scenario, replicas_at
+from gpupack.simulator.day.simulate import DEFAULT_SCENARIO, RUNS, WITHOUT, _Day, compare, plot_day, run_all, run_day
 
 SMALL = 0.5
 """The shipped example at half size: 11 nodes, every pool with a choice of nodes (at 0.25 most pools have one)."""
@@ -166,7 +166,9 @@ def test_tiny_day_spread_uses_both_nodes() -> None:
 def test_empty_stretches_are_counted_from_when_the_node_empties(monkeypatch: pytest.MonkeyPatch) -> None:
     # 3 replicas for 30 minutes, then none: under spread both nodes are empty for the last 30 minutes, so each
     # is removable for 20 of them (10 minutes unneeded first).
-    monkeypatch.setattr("gpupack.simulator.day.replicas_at", lambda workload, hour, scale: 3 if hour < 0.5 else 0)
+    monkeypatch.setattr(
+        "gpupack.simulator.day.simulate.replicas_at", lambda workload, hour, scale: 3 if hour < 0.5 else 0
+    )
     result = run_day(tiny(), "spread")
     assert sorted(s.removable_hours for s in result.empty_stretches) == pytest.approx([20 / 60, 20 / 60])
     assert {(s.start_hour, s.end_hour) for s in result.empty_stretches} == {(0.5, 1.0)}
@@ -176,7 +178,7 @@ def test_empty_stretches_are_counted_from_when_the_node_empties(monkeypatch: pyt
 def test_short_empty_stretches_are_not_removable(monkeypatch: pytest.MonkeyPatch) -> None:
     # gone for 9 minutes (20-29), back until the end: no node is removable under spread
     monkeypatch.setattr(
-        "gpupack.simulator.day.replicas_at", lambda workload, hour, scale: 0 if 20 <= hour * 60 < 29 else 3
+        "gpupack.simulator.day.simulate.replicas_at", lambda workload, hour, scale: 0 if 20 <= hour * 60 < 29 else 3
     )
     assert run_day(tiny(), "spread").empty_stretches == ()
 
@@ -259,9 +261,9 @@ def test_the_run_without_gpupack_calls_nothing_of_gpupack(small: Scenario, monke
     def called(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the run without gpupack called gpupack")
 
-    monkeypatch.setattr(gpupack.simulator.day, "plan", called)  # the webhook
-    monkeypatch.setattr(gpupack.simulator.placement, "judge", called)  # the extender's filter and scores
-    monkeypatch.setattr(gpupack.simulator.placement, "priorities", called)  # the extender's answers
+    monkeypatch.setattr(gpupack.simulator.day.simulate, "plan", called)  # the webhook
+    monkeypatch.setattr(gpupack.placement.choice, "judge", called)  # the extender's filter and scores
+    monkeypatch.setattr(gpupack.placement.choice, "priorities", called)  # the extender's answers
     monkeypatch.setattr(_Day, "live", called)  # the DCGM utilizations only the extender reads
     created: list[SimPod] = []
     bind = _Day.bind

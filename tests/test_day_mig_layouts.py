@@ -8,14 +8,12 @@ from typing import Any
 import pytest
 
 from gpupack.core import contract
+from gpupack.core.gpus.geometry import Counts, counts_of
+from gpupack.core.gpus.stock import stock_for
 from gpupack.core.policy import Policy
 from gpupack.extender.inventory import node_from_json
-from gpupack.migplan.geometry import Counts, counts_of
-from gpupack.migplan.stock import stock_for
-from gpupack.simulator.day import DEFAULT_SCENARIO, _Day, run_day
-from gpupack.simulator.day_cluster import NodeLayout, cluster_nodes, replica_pod
-from gpupack.simulator.day_scenario import MIG_MODEL, Scenario, ScenarioError, load_scenario, parse_scenario
-from gpupack.simulator.mig_layouts import (
+from gpupack.simulator.day.cluster import NodeLayout, cluster_nodes, replica_pod
+from gpupack.simulator.day.layouts import (
     best_stock,
     candidate_layouts,
     compare_layouts,
@@ -24,6 +22,8 @@ from gpupack.simulator.mig_layouts import (
     run_candidate,
     stock_candidates,
 )
+from gpupack.simulator.day.scenario import MIG_MODEL, Scenario, ScenarioError, load_scenario, parse_scenario
+from gpupack.simulator.day.simulate import DEFAULT_SCENARIO, _Day, run_day
 
 SMALL = 0.5
 """The shipped example at half size, as tests/test_day.py runs it."""

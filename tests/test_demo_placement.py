@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from gpupack.core.admitted import admitted_pod
 from gpupack.core.kube import facts_from_lists
 from gpupack.core.lease import LIVE, SchedulerStatus
 from gpupack.core.policy import parse_policy
@@ -19,7 +20,6 @@ from gpupack.demo.run import Scheduler, place, write_cluster
 from gpupack.extender.app import EXTENDER
 from gpupack.extender.inventory import node_from_json
 from gpupack.extender.service import ExtenderConfig, build_app
-from gpupack.webhook.demo import demo_pod
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch
 from tests.conftest import W, context
@@ -28,7 +28,7 @@ EXPIRED = SchedulerStatus(False, "expired", "lease expired 40s ago")
 
 
 def admitted(name: str, status: SchedulerStatus) -> dict[str, Any]:
-    pod = demo_pod(name, {W + "workload": "inference", W + "gpu-memory": "8Gi"})
+    pod = admitted_pod(name, {W + "workload": "inference", W + "gpu-memory": "8Gi"})
     base = context()
     facts = facts_from_lists(None, {"items": NODES})  # what the embedded A100s advertise: 2g.10gb for 8Gi
     decision = plan(pod, "ml-serving", MutationContext(base.policy, base.version, facts, False, status))

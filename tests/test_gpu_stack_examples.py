@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.core.gpus import CATALOG, MigProfile
+from gpupack.core.gpus.catalog import CATALOG, MigProfile
 from gpupack.core.policy import parse_policy
 from tests.conftest import ROOT
 from tests.crd_kit import load_documents

@@ -13,12 +13,13 @@ from prometheus_client import CollectorRegistry
 from gpupack.core.cluster import PriorityClassInfo
 from gpupack.core.kube import ClusterFactsCache, KubeClusterReader, api_client
 from gpupack.core.telemetry import ClusterReadMetrics
-from tests.kube_kit import FakeApiServer, write_kubeconfig
+from gpupack.testing.apiserver import FakeApiServer, write_kubeconfig
+from tests.conftest import recorded_api_server
 
 
 @pytest.fixture
 async def fake_api(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, Path]]:
-    fake = FakeApiServer()
+    fake = recorded_api_server()
     server = await aiohttp_server(fake.app())
     yield fake, write_kubeconfig(tmp_path / "kubeconfig", server.port)
 

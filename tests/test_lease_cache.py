@@ -18,7 +18,8 @@ from gpupack.core.lease_cache import LeaseCache
 from gpupack.core.policy import SchedulerPolicy, parse_policy
 from gpupack.core.telemetry import LeaseMetrics
 from gpupack.demo.cluster import leader_lease
-from tests.kube_kit import FakeApiServer, write_kubeconfig
+from gpupack.testing.apiserver import FakeApiServer, write_kubeconfig
+from tests.conftest import recorded_api_server
 
 NOW = 1_800_000_000.0
 KEY = ("gpupack-system", "gpupack-scheduler")
@@ -28,7 +29,7 @@ LIVE_GAUGE = ("gpupack_scheduler_lease_live", {"lease": "gpupack-system/gpupack-
 
 @pytest.fixture
 async def fake_api(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, Path]]:
-    fake = FakeApiServer()
+    fake = recorded_api_server()
     server = await aiohttp_server(fake.app())
     yield fake, write_kubeconfig(tmp_path / "kubeconfig", server.port)
 

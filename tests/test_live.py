@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.dcgm_text import Gpu, MigGpu, MigInstance, Node, Workload, exposition
 from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, Series, aggregate, node_of
 from gpupack.extender.sources import StaticSource
+from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Node, Workload, exposition
 
 NOW = 1_800_000_000.0
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.net import free_port
 from gpupack.core.kube import KubeNodeOps, api_client
 from gpupack.migplan.apply import ApplyMetrics, ApplyReport, NodeOps, apply_plan, write_metrics
 from gpupack.migplan.apply_steps import (
@@ -27,6 +26,7 @@ from gpupack.migplan.apply_steps import (
     unavailable_limit,
 )
 from gpupack.migplan.nodes import uses_gpus
+from gpupack.testing.net import free_port
 from tests.mig_manager_kit import CONFIG, STATE, FakeMigCluster, Mode, gpu_pod, merge, mig_node, write_kubeconfig
 
 ONE_G = "nvidia.com/mig-1g.5gb"

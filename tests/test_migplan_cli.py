@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from gpupack.cli import main
+from gpupack.core.admitted import admitted_pod
 from gpupack.core.policy import Policy
 from gpupack.demo.cluster import NODES
 from gpupack.migplan.demand import cluster_demand, mig_nodes
 from gpupack.report.cluster import from_objects
-from gpupack.simulator.day_scenario import load_scenario, replicas_at
-from gpupack.webhook.demo import demo_pod
+from gpupack.simulator.day.scenario import load_scenario, replicas_at
 from tests.conftest import RECORDED, ROOT
 
 DAY = ROOT / "scenarios" / "synthetic-day.yaml"
@@ -91,16 +91,16 @@ def test_the_recorded_cluster_runs_gpu_pods_on_both_mig_nodes_so_nothing_is_touc
 
 
 def _cluster_with_labelled_pods() -> dict[str, Any]:
-    pending = demo_pod("chat-1", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
+    pending = admitted_pod("chat-1", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
     pending["metadata"]["namespace"] = "ml"
     pending["status"] = {"phase": "Pending"}
-    running = demo_pod("embed-1", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
+    running = admitted_pod("embed-1", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
     running["spec"]["nodeName"] = "a100-mig-1"
     running["spec"]["containers"][0]["resources"] = {"limits": {M + "1g.5gb": "1"}, "requests": {M + "1g.5gb": "1"}}
     running["status"] = {"phase": "Running"}
-    done = demo_pod("old", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "16Gi"})
+    done = admitted_pod("old", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "16Gi"})
     done["status"] = {"phase": "Succeeded"}
-    plain = demo_pod("notebook", {})
+    plain = admitted_pod("notebook", {})
     plain["spec"]["containers"][0]["resources"] = {"limits": {M + "3g.20gb": "1"}}
     plain["status"] = {"phase": "Pending"}
     items = [{**n, "kind": "Node"} for n in NODES] + [{**p, "kind": "Pod"} for p in (pending, running, done, plain)]
@@ -197,7 +197,7 @@ def test_options_that_cannot_work_are_refused(
 
 def test_a_pod_bound_to_a_node_that_keeps_its_layout_counts_what_it_holds() -> None:
     """Sized again it would ask a 1g.10gb while still holding its 2g.10gb: a whole node reconfigured for nothing."""
-    chat = demo_pod("chat-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
+    chat = admitted_pod("chat-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
     chat["spec"]["nodeName"] = "a100-mig-1"
     chat["spec"]["containers"][0]["resources"] = {"limits": {M + "2g.10gb": "1"}}
     chat["status"] = {"phase": "Running"}
@@ -216,9 +216,9 @@ def test_nodes_with_mig_off_are_left_to_whole_gpu_pods_unless_asked(
     whole = {**NODES[0], "metadata": {**NODES[0]["metadata"], "name": "a100-whole"}}
     whole["metadata"]["labels"] = {**whole["metadata"]["labels"], "nvidia.com/mig.config": "all-disabled"}
     whole["status"] = {"allocatable": {"cpu": "94", "memory": "900Gi", "nvidia.com/gpu": "8"}}
-    train = demo_pod("train-0", {"gpupack.io/workload": "training", "gpupack.io/gpus": "8"})
+    train = admitted_pod("train-0", {"gpupack.io/workload": "training", "gpupack.io/gpus": "8"})
     train["status"] = {"phase": "Pending"}
-    embed = demo_pod("embed-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
+    embed = admitted_pod("embed-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
     embed["status"] = {"phase": "Pending"}
     items = [{**whole, "kind": "Node"}, {**train, "kind": "Pod"}, {**embed, "kind": "Pod"}]
     path = tmp_path / "cluster.json"

@@ -16,7 +16,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupack.cli import main
-from gpupack.webhook.demo import demo_pod
+from gpupack.core.admitted import admitted_pod
 from tests.mig_manager_kit import CONFIG, STATE, FakeMigCluster, gpu_pod, mig_node, write_kubeconfig
 from tests.migplan_rbac_kit import allowed, built, request_of
 
@@ -37,7 +37,7 @@ class Env:
 
 
 def pending(name: str, memory: str) -> dict[str, Any]:
-    pod = demo_pod(name, {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": memory})
+    pod = admitted_pod(name, {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": memory})
     pod["metadata"]["namespace"] = "ml"
     pod["status"] = {"phase": "Pending"}
     return pod

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.report.history import PROMETHEUS, PROMTOOL, PrometheusServer, backfill
 from gpupack.cli import main
 from gpupack.migplan.forecast import KSM_TO_RESOURCE, ksm_name, prometheus_forecast
 from gpupack.report.prometheus import PrometheusUsage
+from gpupack.testing.history import PROMETHEUS, PROMTOOL, PrometheusServer, backfill
 from tests.conftest import ROOT
 
 H = 3600.0

@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from gpupack.core.gpus import CATALOG, MigProfile
-from gpupack.migplan.geometry import LayoutError, check, counts_of, legal_layouts, maximal_layouts, place
-from gpupack.migplan.stock import DEVICE_IDS, STOCK, stock_for
+from gpupack.core.gpus.catalog import CATALOG, MigProfile
+from gpupack.core.gpus.geometry import LayoutError, check, counts_of, legal_layouts, maximal_layouts, place
+from gpupack.core.gpus.stock import DEVICE_IDS, STOCK, stock_for
 
 
 def fits(counts: dict[str, int], profiles: dict[str, MigProfile]) -> bool:

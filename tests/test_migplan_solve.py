@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupack.core.gpus import CATALOG
+from gpupack.core.gpus.catalog import CATALOG
+from gpupack.core.gpus.geometry import Counts, check, counts_of
 from gpupack.migplan.config import config_name, entries, mig_parted_config
-from gpupack.migplan.geometry import Counts, check, counts_of
 from gpupack.migplan.solve import MigNode, Plan, PlanError, plan
 from tests.test_migplan_geometry import fits
 

@@ -23,8 +23,8 @@ from gpupack.extender.state import ClusterState
 from gpupack.extender.typical import ShapeBook
 from gpupack.extender.verbs import View, snapshot, verdict
 from gpupack.simulator.cluster import ClusterState as SimCluster
-from gpupack.simulator.day import DEFAULT_SCENARIO, _Day, load_scenario
-from gpupack.simulator.day_cluster import job_arrivals, replica_pod
+from gpupack.simulator.day.cluster import job_arrivals, replica_pod
+from gpupack.simulator.day.simulate import DEFAULT_SCENARIO, _Day, load_scenario
 from gpupack.simulator.gpupack import GpupackPolicy
 from gpupack.simulator.run import load_workload
 from gpupack.simulator.trace import MILLI, default_trace_dir

@@ -27,9 +27,9 @@ import pytest
 from aiohttp import web
 
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.dcgm_text import Gpu, MigGpu, MigInstance, Node, Workload, exposition
 from gpupack.extender.live import GPU_UTIL, LiveMetrics, aggregate
 from gpupack.extender.sources import LiveMetricsCache, PrometheusSource
+from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Node, Workload, exposition
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 POLICY = MetricsPolicy(window="10s", poll_seconds=1, max_age_seconds=3, timeout_seconds=2)

@@ -1,6 +1,6 @@
 """PrometheusUsage against a real Prometheus holding a planted week of DCGM history, worked out by hand.
 
-The history (`bench.report.history`) is written as OpenMetrics at 5 min resolution from a day before the window
+The history (`gpupack.testing.history`) is written as OpenMetrics at 5 min resolution from a day before the window
 to a day after it, backfilled with promtool into a TSDB, and served by Debian's `prometheus` (no scrape target).
 The window is the week [START, END); values outside it differ, so a boundary read wrongly changes the numbers.
 """
@@ -18,8 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.net import free_port
-from bench.report.history import (
+from gpupack.core.policy import MetricsPolicy
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.report.document import Thresholds
+from gpupack.report.prometheus import QUERIES, PrometheusError, PrometheusUsage
+from gpupack.report.usage import GpuUsage, Usage, Window
+from gpupack.testing.dcgm import Workload
+from gpupack.testing.history import (
     PROMETHEUS,
     PROMTOOL,
     Device,
@@ -31,12 +36,7 @@ from bench.report.history import (
     steps,
     write_openmetrics,
 )
-from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.dcgm_text import Workload
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
-from gpupack.report.document import Thresholds
-from gpupack.report.prometheus import QUERIES, PrometheusError, PrometheusUsage
-from gpupack.report.usage import GpuUsage, Usage, Window
+from gpupack.testing.net import free_port
 
 D = 86400.0
 END = 1793577600.0  # 2026-11-02T00:00:00Z: a fixed time in the past, passed explicitly

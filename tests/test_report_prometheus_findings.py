@@ -20,7 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.report.history import (
+from gpupack.cli import main
+from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.testing.dcgm import Workload
+from gpupack.testing.history import (
     PROMETHEUS,
     PROMTOOL,
     Device,
@@ -32,9 +35,6 @@ from bench.report.history import (
     steps,
     write_openmetrics,
 )
-from gpupack.cli import main
-from gpupack.extender.dcgm_text import Workload
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from tests.report_cluster_kit import node, pod
 
 D = 86400.0

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from gpupack.core.server import ServeOptions
 from gpupack.demo.cluster import leader_lease
+from gpupack.testing.apiserver import FakeApiServer, write_kubeconfig
 from gpupack.webhook.service import WebhookConfig, build_app
-from tests.conftest import RECORDED_POLICY, recorded_review
-from tests.kube_kit import FakeApiServer, write_kubeconfig
+from tests.conftest import RECORDED_POLICY, recorded_api_server, recorded_review
 
 Client = TestClient[web.Request, web.Application]
 KEY = ("gpupack-system", "gpupack-scheduler")
@@ -34,7 +34,7 @@ ROUTED = {"op": "replace", "path": "/spec/schedulerName", "value": "gpupack-sche
 
 @pytest.fixture
 async def fake_api(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[tuple[FakeApiServer, Path]]:
-    fake = FakeApiServer()
+    fake = recorded_api_server()
     server = await aiohttp_server(fake.app())
     yield fake, write_kubeconfig(tmp_path / "kubeconfig", server.port)
 

@@ -13,10 +13,10 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from bench.webhook.shapes import SHAPES, largest
 from gpupack.core.jsonbound import json_values_bound
 from gpupack.core.kube import ClusterFactsCache
 from gpupack.core.policy_store import PolicyStore
+from gpupack.testing.shapes import SHAPES, largest
 from gpupack.webhook import bounds
 from gpupack.webhook.app import make_app
 from gpupack.webhook.mutate import plan

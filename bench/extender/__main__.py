@@ -44,9 +44,9 @@ from typing import Any
 import orjson
 
 from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
-from bench.net import free_port, wait_port
 from bench.wrk import read_report
 from gpupack.core.argtypes import positive_float, positive_int
+from gpupack.testing.net import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from bench.net import free_port, wait_port
 from gpupack.extender.wire import BYTES_PER_VALUE, MAX_DECODED_BYTES, decoded_bytes_bound
+from gpupack.testing.net import free_port, wait_port
 
 MIB = 2**20
 CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")

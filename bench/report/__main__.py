@@ -3,7 +3,7 @@
 
 A week of a 500-node cluster (8 GPUs each, every tenth node's GPUs in MIG: `bench.report.cluster`) at one-minute
 resolution is written as OpenMetrics, six hours per file, and backfilled with promtool into one TSDB
-(`bench.report.history`; `--data DIR` keeps it and reuses it on the next run with the same settings). Debian's
+(`gpupack.testing.history`; `--data DIR` keeps it and reuses it on the next run with the same settings). Debian's
 `prometheus` serves it, and in the same run, each in a process of its own (`bench.report.child`):
 
   - the report: `PrometheusUsage.usage` over the week, `--rounds` times (the first reads the TSDB from disk);
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.report.cluster import cluster
-from bench.report.history import PROMETHEUS, PROMTOOL, PrometheusServer, backfill_chunked
 from gpupack.core.argtypes import positive_float, positive_int
+from gpupack.testing.history import PROMETHEUS, PROMTOOL, PrometheusServer, backfill_chunked
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"

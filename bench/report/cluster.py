@@ -1,4 +1,4 @@
-"""The benchmark's cluster: `nodes` GPU nodes of `gpus` GPUs each over a week, as `bench.report.history` nodes.
+"""The benchmark's cluster: `nodes` GPU nodes of `gpus` GPUs each over a week, as `gpupack.testing.history` nodes.
 
 Each whole GPU follows a daily cycle around its own level with per-minute noise (GPU_UTIL in whole percent, as
 DCGM writes it; engine activity a GPU-specific fraction of it, since GPU_UTIL overstates use), and runs a pod per
@@ -15,9 +15,9 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
-from bench.report.history import Device, HistoryNode, Stint, Times, Values
-from gpupack.extender.dcgm_text import HostLabel, Workload
 from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.testing.dcgm import HostLabel, Workload
+from gpupack.testing.history import Device, HistoryNode, Stint, Times, Values
 
 DAY = 86400.0
 H100_MIB = 81559.0

@@ -43,11 +43,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.net import free_port, wait_port, write_kubeconfig
 from bench.webhook.recorded import recorded_body
 from bench.wrk import read_report
 from gpupack.certs.issue import issue_ca, issue_serving_cert, write_pair
 from gpupack.core.argtypes import positive_float, positive_int
+from gpupack.testing.net import free_port, wait_port, write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 BARE, GPUPACK = "bare aiohttp", "gpupack webhook"

@@ -7,7 +7,7 @@ Targets: the webhook stays far under its 256 Mi container limit and returns to w
 the connections close (the bare server shows what asyncio alone does: 256 KiB per connection, kept).
 
 Stalls: a prober sends one small admission every 10 ms on its own keep-alive connection and records each
-latency, while the largest review of each shape (`bench.webhook.shapes`, 3 MiB each) is sent, and while the
+latency, while the largest review of each shape (`gpupack.testing.shapes`, 3 MiB each) is sent, and while the
 policy file is replaced by a 1 MiB policy the webhook must parse. Targets: every large review answered within
 ~250 ms, and no prober admission delayed by more than ~50 ms beyond its median, by either.
 """
@@ -29,11 +29,12 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from bench.net import free_port, wait_port
-from bench.webhook.shapes import ALL_SHAPES, largest
 from gpupack.certs.issue import issue_ca, issue_serving_cert, write_pair
+from gpupack.core.admitted import admitted_pod
 from gpupack.core.argtypes import positive_int
-from gpupack.webhook.demo import demo_pod, review
+from gpupack.testing.net import free_port, wait_port
+from gpupack.testing.pods import review
+from gpupack.testing.shapes import ALL_SHAPES, largest
 
 LABELLED = {"gpupack.io/workload": "inference"}
 
@@ -84,7 +85,7 @@ async def idle_connections(server: Server, context: ssl.SSLContext, count: int, 
             held.append(await asyncio.open_connection("127.0.0.1", server.port))
     await asyncio.sleep(1.0)
     during = rss_mb(server.proc.pid)
-    body = orjson.dumps(review(demo_pod("probe", dict(LABELLED))))
+    body = orjson.dumps(review(admitted_pod("probe", dict(LABELLED))))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
         try:
             status, latency = await asyncio.wait_for(admit(session, f"https://127.0.0.1:{server.port}/mutate", body), 5)
@@ -101,7 +102,7 @@ async def probe(url: str, ca_file: str, seconds: float, interval: float = 0.01) 
     time, latency ms) of each. It runs in a process of its own (`--probe`), so that the benchmark's own work
     (building and sending 3 MiB bodies) never delays a probe."""
     context = ssl.create_default_context(cafile=ca_file)
-    body = orjson.dumps(review(demo_pod("probe", dict(LABELLED))))
+    body = orjson.dumps(review(admitted_pod("probe", dict(LABELLED))))
     samples: list[tuple[float, float]] = []
     end = time.monotonic() + seconds
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=1)) as session:

@@ -17,7 +17,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpupack.core import contract, yamldoc
-from gpupack.core.gpus import CATALOG, DEFAULT_MIG_GPUS
+from gpupack.core.gpus.catalog import CATALOG, DEFAULT_MIG_GPUS
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.core.validation import DOCUMENT_CONFIG, describe
 

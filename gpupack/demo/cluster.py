@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpupack.extender.dcgm_text import Gpu, MigGpu, MigInstance, Workload
-from gpupack.extender.dcgm_text import Node as ExporterNode
-from gpupack.webhook.demo import demo_pod
+from gpupack.core.admitted import admitted_pod
+from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Workload
+from gpupack.testing.dcgm import Node as ExporterNode
 
 W = "gpupack.io/"
 SPOT = {"key": "node-type", "value": "spot", "effect": "NoSchedule"}
@@ -87,7 +87,9 @@ def running_pods() -> list[dict[str, Any]]:
     """The running pods as Pod objects (bound, phase Running)."""
     pods = []
     for r in RUNNING:
-        pod = demo_pod(r.name, resources={"requests": {r.resource: str(r.count)}, "limits": {r.resource: str(r.count)}})
+        pod = admitted_pod(
+            r.name, resources={"requests": {r.resource: str(r.count)}, "limits": {r.resource: str(r.count)}}
+        )
         pod["metadata"]["uid"] = f"running-{r.name}"
         pod["spec"]["nodeName"] = r.node
         pod["status"] = {"phase": "Running"}
@@ -163,7 +165,7 @@ class Submitted:
 
 
 def _p(name: str, labels: dict[str, str], namespace: str = "ml-serving", **kw: Any) -> dict[str, Any]:
-    return demo_pod(name, {W + k: v for k, v in labels.items()}, namespace=namespace, **kw)
+    return admitted_pod(name, {W + k: v for k, v in labels.items()}, namespace=namespace, **kw)
 
 
 M, NS = "/mutate", "/mutate/opted-in-namespace"
@@ -219,9 +221,9 @@ SUBMITTED: list[Submitted] = [
     Submitted(
         "GPU pod in an opted-in namespace, no label",
         NS,
-        demo_pod("notebook", resources={"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}),
+        admitted_pod("notebook", resources={"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}),
         0.10,
     ),
     Submitted("invalid label gpu-memory=lots", M, _p("typo", {"workload": "inference", "gpu-memory": "lots"}), 0.0),
-    Submitted("pod that did not opt in", M, demo_pod("web", {"app": "web"}), 0.0),
+    Submitted("pod that did not opt in", M, admitted_pod("web", {"app": "web"}), 0.0),
 ]

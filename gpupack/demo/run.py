@@ -28,17 +28,18 @@ from gpupack.core.contract import DEFAULT_SCHEDULER
 from gpupack.core.kube import facts_from_lists
 from gpupack.core.policy import parse_policy
 from gpupack.core.server import ServeOptions, start_server
+from gpupack.demo.admission import describe, ensure_certs
 from gpupack.demo.cluster import NODES, RUNNING, SUBMITTED, Submitted, exporters, leader_lease, running_pods
-from gpupack.demo.report import Cost, cost
-from gpupack.demo.scheduler import feasible, final_scores, preferred_affinity
 from gpupack.demo.week import report_week
 from gpupack.extender.app import EXTENDER, Extender
-from gpupack.extender.dcgm_text import exposition
 from gpupack.extender.demand import pod_key, pod_requests
 from gpupack.extender.inventory import NodeRecord, node_from_json
 from gpupack.extender.service import ExtenderConfig
 from gpupack.extender.service import build_app as build_extender
-from gpupack.webhook.demo import describe, ensure_certs, review
+from gpupack.placement.accounting import Cost, cost
+from gpupack.placement.scheduler import feasible, final_scores, preferred_affinity
+from gpupack.testing.dcgm import exposition
+from gpupack.testing.pods import review
 from gpupack.webhook.patches import apply_patch
 from gpupack.webhook.service import WebhookConfig
 from gpupack.webhook.service import build_app as build_webhook

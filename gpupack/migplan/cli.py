@@ -165,7 +165,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | Non
 
     if args.scenario is not None:
         from gpupack.migplan.scenario import scenario_demand, scenario_nodes
-        from gpupack.simulator.day_scenario import load_scenario
+        from gpupack.simulator.day.scenario import load_scenario
 
         scenario = load_scenario(args.scenario)
         nodes = scenario_nodes(scenario, policy)
@@ -307,9 +307,10 @@ def output_document(plan: Plan, config_map: dict[str, Any] | None) -> dict[str, 
 
 def apply(args: argparse.Namespace, plan: Plan, ops: KubeNodeOps, config_map: dict[str, Any] | None) -> ApplyReport:
     """Relabel the planned nodes (`migplan.apply`), after checking the MIG manager knows every name."""
+    from gpupack.core.gpus.stock import CUSTOM_PREFIX
     from gpupack.migplan.apply import ApplyMetrics, apply_plan, write_metrics
     from gpupack.migplan.apply_steps import ApplyOptions, Relabel
-    from gpupack.migplan.config import CUSTOM_PREFIX, config_name, mig_parted_document
+    from gpupack.migplan.config import config_name, mig_parted_document
 
     names = {config_name(n) for n in plan.nodes}
     custom = sorted(n for n in names if n.startswith(CUSTOM_PREFIX))
@@ -341,8 +342,8 @@ def compare(args: argparse.Namespace, plan: Plan) -> str:
     """The day under every stock layout of the MIG model and under the plan, as a table (or JSON)."""
     from gpupack.migplan.config import config_name
     from gpupack.simulator.cli import available_cores
-    from gpupack.simulator.day_scenario import load_scenario
-    from gpupack.simulator.mig_layouts import compare_layouts, render_table, stock_candidates
+    from gpupack.simulator.day.layouts import compare_layouts, render_table, stock_candidates
+    from gpupack.simulator.day.scenario import load_scenario
 
     scenario = load_scenario(args.scenario)
     planned = {n.node: (config_name(n), n.per_gpu) for n in plan.nodes}

@@ -8,31 +8,17 @@ name (their profile names differ: `1g.10gb` is 2 of 8 memory slices on an A100-4
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
-from gpupack.migplan.geometry import Counts
+from gpupack.core.gpus.geometry import Counts
+from gpupack.core.gpus.stock import CUSTOM_PREFIX, layout_name
 from gpupack.migplan.solve import NodePlan
-from gpupack.migplan.stock import stock_name
 
 CONFIG_KEY = "config.yaml"
 """The key of the MIG manager's ConfigMap that holds the mig-parted document."""
-CUSTOM_PREFIX = "gpupack-"
-"""The start of the names of the layouts gpupack makes (the others are mig-parted's stock names)."""
-
-
-def layout_name(model: str, per_gpu: tuple[Counts, ...]) -> str:
-    """The mig-parted config name (a label value: at most 63 characters) of a node layout of the model: its stock
-    name, else `gpupack-<model>-<digest of the layout>` (eight GPUs' layouts are too long to spell in 63)."""
-    stock = stock_name(model, dict(enumerate(per_gpu)), len(per_gpu))
-    if stock is not None:
-        return stock
-    digest = hashlib.sha256(json.dumps([model, per_gpu]).encode()).hexdigest()[:10]
-    return f"{CUSTOM_PREFIX}{model.lower()}-{digest}"
 
 
 def config_name(plan: NodePlan) -> str:

@@ -22,15 +22,15 @@ from typing import Any
 import yaml
 
 from gpupack.core import contract
-from gpupack.core.gpus import CATALOG
+from gpupack.core.gpus.catalog import CATALOG
+from gpupack.core.gpus.geometry import compute_slices
+from gpupack.core.gpus.stock import DISABLED
 from gpupack.core.kube import facts_from_lists
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
 from gpupack.extender.inventory import node_from_json
-from gpupack.migplan.geometry import compute_slices
 from gpupack.migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
 from gpupack.migplan.solve import PROFILE_PREFIX, MigNode, PlanError
-from gpupack.migplan.stock import DISABLED
 from gpupack.report.cluster import FINISHED, Cluster, labels_of
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from gpupack.core.contract import mig_resource
-from gpupack.core.gpus import CATALOG
+from gpupack.core.gpus.catalog import CATALOG
 from gpupack.report.prometheus import PrometheusUsage
 
 STEP = "5m"

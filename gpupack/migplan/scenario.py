@@ -14,8 +14,8 @@ from gpupack.core.policy import Policy
 from gpupack.migplan.demand import mig_nodes, pod_demand, sizing_context
 from gpupack.migplan.solve import PROFILE_PREFIX, MigNode, PlanError
 from gpupack.report.cluster import from_objects
-from gpupack.simulator.day_cluster import cluster_nodes, replica_pod
-from gpupack.simulator.day_scenario import Scenario, replicas_at
+from gpupack.simulator.day.cluster import cluster_nodes, replica_pod
+from gpupack.simulator.day.scenario import Scenario, replicas_at
 
 
 def scenario_nodes(scenario: Scenario, policy: Policy) -> list[MigNode]:

@@ -33,7 +33,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from gpupack.core import contract
 from gpupack.core.contract import mig_resource
-from gpupack.migplan.geometry import Counts, instances, maximal_layouts, profiles_of
+from gpupack.core.gpus.geometry import Counts, instances, maximal_layouts, profiles_of
 
 PROFILE_PREFIX = contract.RESOURCE_MIG_PREFIX
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import yaml
 
+from gpupack.core.checkout import REPOSITORY
 from gpupack.monitoring import dashboards
 from gpupack.monitoring.rules import groups
 from gpupack.monitoring.thresholds import DEFAULT, AlertThresholds
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPOSITORY
 MONITORING = ROOT / "manifests" / "monitoring"
 RULE_FILE = MONITORING / "prometheus" / "gpupack-rules.yaml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"

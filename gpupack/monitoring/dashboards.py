@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupack.core.checkout import REPOSITORY
 from gpupack.core.policy import SpotPolicy
 from gpupack.monitoring.rules import EXTENDER_JOB, WEBHOOK_JOB
 from gpupack.monitoring.thresholds import DEFAULT, HOT, IDLE, UNDERUSED
 
 JSON = dict[str, Any]
-DIRECTORY = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "dashboards"
+DIRECTORY = REPOSITORY / "manifests" / "monitoring" / "dashboards"
 SCHEMA_VERSION = 39
 """Grafana 10.4 / 11.0's dashboard schema; later Grafana versions migrate it on load."""
 DATASOURCE: JSON = {"type": "prometheus", "uid": "${datasource}"}

@@ -31,17 +31,17 @@ import numpy as np
 
 from gpupack.core import contract
 from gpupack.core.kube import facts_from_lists
-from gpupack.demo.report import gpus_in_use
 from gpupack.extender.demand import DemandError, PodDemand, demand_of
 from gpupack.extender.inventory import NodeRecord
 from gpupack.extender.live import LiveMetrics
 from gpupack.extender.typical import REFRESH_PODS
+from gpupack.placement.accounting import gpus_in_use
+from gpupack.placement.choice import Placement, constraints_of
 from gpupack.report.cluster import Cluster, gpu_nodes_of, gpu_resources, is_daemonset_pod, key, labels_of
 from gpupack.report.document import Savings
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.findings.sizing import resizes
 from gpupack.report.usage import compute_slices
-from gpupack.simulator.placement import Placement, constraints_of
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch
 

@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
 def run_scenario(args: argparse.Namespace) -> int:
     """The synthetic day of `args.scenario` without gpupack, under spread and under gpupack: table or JSON, and
     the plot."""
-    from gpupack.simulator.day import compare, load_scenario, plot_day, run_all
-    from gpupack.simulator.day_metrics import table as day_table
+    from gpupack.simulator.day.metrics import table as day_table
+    from gpupack.simulator.day.simulate import compare, load_scenario, plot_day, run_all
 
     check_flags(args)
     scenario = load_scenario(args.scenario)

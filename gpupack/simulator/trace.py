@@ -11,6 +11,8 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupack.core.checkout import REPOSITORY
+
 MILLI = 1000
 """Milli-GPU in one GPU: a sharing pod asks for less than this on a single GPU."""
 
@@ -71,7 +73,7 @@ class PodRecord:
 
 def default_trace_dir() -> Path:
     """`data/alibaba-gpu-v2023/csv` of the repository (a source checkout; an installed gpupack has no trace)."""
-    return Path(__file__).resolve().parents[2] / "data/alibaba-gpu-v2023/csv"
+    return REPOSITORY / "data/alibaba-gpu-v2023/csv"
 
 
 def pod_list_path(trace_dir: Path, variant: str) -> Path:

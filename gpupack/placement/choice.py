@@ -24,8 +24,6 @@ import numpy as np
 import orjson
 
 from gpupack.core.policy import Policy
-from gpupack.demo.report import gpus_in_use
-from gpupack.demo.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
 from gpupack.extender.demand import PodDemand
 from gpupack.extender.inventory import NodeRecord, node_from_json
 from gpupack.extender.live import LiveMetrics, NodeUtils
@@ -33,6 +31,8 @@ from gpupack.extender.score import priorities, spread
 from gpupack.extender.state import ClusterState
 from gpupack.extender.typical import ShapeBook
 from gpupack.extender.verbs import View, judge, snapshot
+from gpupack.placement.accounting import gpus_in_use
+from gpupack.placement.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
 
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """The taint kube-scheduler's NodeUnschedulable plugin checks a cordoned node's pods against."""

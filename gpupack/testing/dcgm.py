@@ -24,7 +24,7 @@ HELP: dict[str, str] = {
     "DCGM_FI_DEV_XID_ERRORS": "Value of the last XID error encountered.",
 }
 """The exporter's HELP text per field gpupack reads or alerts on. XID_ERRORS is a gauge holding the last XID code
-(0: none); `samples()` writes no series of it, histories (`bench.report.history`) and alert fixtures do."""
+(0: none); `samples()` writes no series of it, histories (`gpupack.testing.history`) and alert fixtures do."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpupack.simulator.day_metrics import WITHOUT, DayResult, label
+from gpupack.simulator.day.metrics import WITHOUT, DayResult, label
 
 COLOURS = {WITHOUT: "tab:red", "spread": "tab:orange", "gpupack": "tab:blue", "binpack": "tab:green"}
 

@@ -12,9 +12,11 @@ on some models (`all-1g.5gb` on the A100-40GB): `STOCK[name][model]` is absent w
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 
-from gpupack.migplan.geometry import Counts, counts_of
+from gpupack.core.gpus.geometry import Counts, counts_of
 
 _A100_40 = "A100-40GB"
 _EIGHTY = ("A100-80GB", "H100-80GB")
@@ -81,3 +83,17 @@ def stock_name(model: str, per_gpu: Mapping[int, Counts], gpus: int) -> str | No
         return None
     (layout,) = layouts
     return next((name for name, counts in stock_for(model).items() if counts == layout), None)
+
+
+CUSTOM_PREFIX = "gpupack-"
+"""The start of the names of the layouts gpupack makes (the others are mig-parted's stock names)."""
+
+
+def layout_name(model: str, per_gpu: tuple[Counts, ...]) -> str:
+    """The mig-parted config name (a label value: at most 63 characters) of a node layout of the model: its stock
+    name, else `gpupack-<model>-<digest of the layout>` (eight GPUs' layouts are too long to spell in 63)."""
+    stock = stock_name(model, dict(enumerate(per_gpu)), len(per_gpu))
+    if stock is not None:
+        return stock
+    digest = hashlib.sha256(json.dumps([model, per_gpu]).encode()).hexdigest()[:10]
+    return f"{CUSTOM_PREFIX}{model.lower()}-{digest}"

@@ -8,8 +8,9 @@ from typing import Any
 
 import orjson
 
+from gpupack.core.admitted import admitted_pod
+from gpupack.testing.pods import review
 from gpupack.webhook.app import MAX_BODY_BYTES
-from gpupack.webhook.demo import demo_pod, review
 
 Fill = Callable[[dict[str, Any], int], None]
 
@@ -102,7 +103,7 @@ def largest(fill: Fill, labels: dict[str, str], limit: int = MAX_BODY_BYTES) -> 
     """The review with the most entries of one kind that still fits in `limit` bytes."""
 
     def build(n: int) -> dict[str, Any]:
-        pod = demo_pod("p", dict(labels), namespace="team-a")
+        pod = admitted_pod("p", dict(labels), namespace="team-a")
         fill(pod, n)
         return review(pod)
 

@@ -29,8 +29,8 @@ from typing import TextIO
 import numpy as np
 import numpy.typing as npt
 
-from bench.net import free_port
-from gpupack.extender.dcgm_text import HELP, HostLabel, Workload, label_set, series_labels
+from gpupack.testing.dcgm import HELP, HostLabel, Workload, label_set, series_labels
+from gpupack.testing.net import free_port
 
 Times = npt.NDArray[np.float64]
 Values = Callable[[Times], npt.NDArray[np.float64]]

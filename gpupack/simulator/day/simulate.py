@@ -32,17 +32,18 @@ node-hours are what it could save, measured on the fixed cluster), GPU choice in
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from gpupack.core import contract
+from gpupack.core.checkout import REPOSITORY
 from gpupack.core.kube import facts_from_lists
 from gpupack.core.policy import Policy, ScoringPolicy
 from gpupack.extender.demand import demand_of
 from gpupack.extender.live import LiveMetrics
-from gpupack.simulator.day_cluster import (
+from gpupack.placement.choice import Placement, constraints_of
+from gpupack.simulator.day.cluster import (
     JobArrival,
     NodeLayoutSpec,
     ReplicaDraws,
@@ -51,10 +52,9 @@ from gpupack.simulator.day_cluster import (
     replica_pod,
     without_gpupack,
 )
-from gpupack.simulator.day_metrics import WITHOUT, DayResult, Meter, SimPod, comparison
-from gpupack.simulator.day_plot import plot_day
-from gpupack.simulator.day_scenario import Scenario, ScenarioError, load_scenario, replicas_at
-from gpupack.simulator.placement import Placement, constraints_of
+from gpupack.simulator.day.metrics import WITHOUT, DayResult, Meter, SimPod, comparison
+from gpupack.simulator.day.plot import plot_day
+from gpupack.simulator.day.scenario import Scenario, ScenarioError, load_scenario, replicas_at
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch
 
@@ -73,7 +73,7 @@ __all__ = [
 Run = ScoringPolicy | Literal["none"]
 """A run's key: `none` (WITHOUT: the cluster without gpupack), else the extender's scoring policy."""
 RUNS: tuple[Run, ...] = (WITHOUT, "spread", "gpupack")
-DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "synthetic-day.yaml"
+DEFAULT_SCENARIO = REPOSITORY / "scenarios" / "synthetic-day.yaml"
 NO_LIVE = LiveMetrics({}, 0.0)
 """What kube-scheduler alone reads of DCGM: nothing."""
 

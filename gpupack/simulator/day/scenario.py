@@ -16,11 +16,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpupack.core import yamldoc
+from gpupack.core.gpus.geometry import LayoutError, check
+from gpupack.core.gpus.stock import stock_for
 from gpupack.core.policy import Policy, Sharing
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.core.validation import DOCUMENT_CONFIG, describe
-from gpupack.migplan.geometry import LayoutError, check
-from gpupack.migplan.stock import stock_for
 
 GpuKind = Literal["a100-mig", "h100", "t4"]
 DEFAULT_GPUS: dict[str, int] = {"a100-mig": 8, "h100": 8, "t4": 4}

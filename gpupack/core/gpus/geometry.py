@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 
 from gpupack.core.contract import mig_resource
-from gpupack.core.gpus import CATALOG, MigProfile
+from gpupack.core.gpus.catalog import CATALOG, MigProfile
 
 Counts = tuple[tuple[str, int], ...]
 """Instances per profile name on one GPU, sorted by name, without zeros: hashable and comparable."""

@@ -1,15 +1,14 @@
-"""A fake kube-apiserver at the HTTP level, for the real kubernetes client: the recorded PriorityClasses and nodes
-(paginated, one item per page) and Leases by name, with the Status bodies a real API server answers errors with."""
+"""A fake kube-apiserver at the HTTP level, for the real kubernetes client: PriorityClasses and nodes (paginated,
+one item per page) and Leases by name, with the Status bodies a real API server answers errors with. It stays for
+the faults a real API server cannot be made to produce on demand (a 503 mid-list, a Lease body that is not JSON)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
-from bench.net import write_kubeconfig
-from tests.conftest import RECORDED
+from gpupack.testing.net import write_kubeconfig
 
 __all__ = ["FakeApiServer", "status_body", "write_kubeconfig"]
 
@@ -37,9 +36,9 @@ def status_body(
 class FakeApiServer:
     """Serves `/apis/scheduling.k8s.io/v1/priorityclasses`, `/api/v1/nodes` and `GET` of one Lease."""
 
-    def __init__(self) -> None:
-        self.priority_classes = json.loads((RECORDED / "priorityclasses.json").read_text())["items"]
-        self.nodes = json.loads((RECORDED / "nodes.json").read_text())["items"]
+    def __init__(self, priority_classes: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
+        self.priority_classes = priority_classes
+        self.nodes = nodes
         self.failing = False
         self.leases: dict[tuple[str, str], Any] = {}
         """Lease bodies by (namespace, name); a missing key answers 404."""

@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from gpupack.migplan.stock import STOCK, stock_for
-from gpupack.simulator.day import Run, run_day
-from gpupack.simulator.day_cluster import NodeLayout, NodeLayoutSpec, node_names
-from gpupack.simulator.day_scenario import MIG_MODEL, Scenario, ScenarioError
+from gpupack.core.gpus.stock import STOCK, stock_for
+from gpupack.simulator.day.cluster import NodeLayout, NodeLayoutSpec, node_names
+from gpupack.simulator.day.scenario import MIG_MODEL, Scenario, ScenarioError
+from gpupack.simulator.day.simulate import Run, run_day
 
 Candidate = str | Mapping[str, NodeLayoutSpec]
 """A stock layout name for every MIG node, or node name -> its layout (nodes not named keep their group's)."""

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gpupack.core.contract import RESOURCE_MIG_PREFIX as MIG_PREFIX
-from gpupack.demo.report import gpus_in_use
 from gpupack.extender.demand import PodDemand
 from gpupack.extender.inventory import NodeRecord
 from gpupack.extender.state import ClusterState
-from gpupack.simulator.day_scenario import Scenario
+from gpupack.placement.accounting import gpus_in_use
+from gpupack.simulator.day.scenario import Scenario
 
 
 @dataclass(slots=True, eq=False)

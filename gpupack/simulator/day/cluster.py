@@ -2,8 +2,9 @@
 them, and the jobs that arrive during the day.
 
 Nodes reuse the demo cluster's GFD labels (`demo.cluster`), so the extender reads them exactly as it reads the
-demo's. Pods are `webhook.demo.demo_pod` with the gpupack labels a developer writes: the webhook decides the
-rest. `without_gpupack` turns such a pod into the one the same developer writes for a cluster without gpupack.
+demo's. Pods are `gpupack.core.admitted.admitted_pod` with the gpupack labels a developer writes: the webhook
+decides the rest. `without_gpupack` turns such a pod into the one the same developer writes for a cluster without
+gpupack.
 Every random draw is made here, up front, from the scenario's seed and independent of placement, so every run
 (without gpupack and under each scoring policy) sees the same arrivals, durations and utilizations.
 """
@@ -18,11 +19,12 @@ from typing import Any
 import numpy as np
 
 from gpupack.core import contract
+from gpupack.core.admitted import admitted_pod
+from gpupack.core.gpus import stock
+from gpupack.core.gpus.geometry import Counts, LayoutError, check, counts_of, instances
+from gpupack.core.gpus.stock import STOCK
 from gpupack.demo.cluster import A100, H100, SPOT, T4
-from gpupack.migplan.config import layout_name as migplan_layout_name
-from gpupack.migplan.geometry import Counts, LayoutError, check, counts_of, instances
-from gpupack.migplan.stock import STOCK
-from gpupack.simulator.day_scenario import (
+from gpupack.simulator.day.scenario import (
     DEFAULT_MIG_LAYOUT,
     LABEL_VALUE,
     MIG_MODEL,
@@ -33,7 +35,6 @@ from gpupack.simulator.day_scenario import (
     ScenarioError,
     Spread,
 )
-from gpupack.webhook.demo import demo_pod
 
 MIG_PER_GPU = {contract.mig_resource(name): n for name, n in STOCK[DEFAULT_MIG_LAYOUT][MIG_MODEL]}
 """The default (`all-balanced`) layout of an A100-40GB: 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb per GPU."""
@@ -65,7 +66,7 @@ NodeLayoutSpec = NodeLayout | tuple[str, tuple[Counts, ...]]
 def layout_name(gpus: tuple[Counts, ...]) -> str:
     """The `nvidia.com/mig.config` value of an unnamed layout: the name `gpupack mig-plan` gives it (its stock name
     when every GPU holds one stock layout, else a digest of the instances)."""
-    return migplan_layout_name(MIG_MODEL, gpus)
+    return stock.layout_name(MIG_MODEL, gpus)
 
 
 def group_layout(group: NodeGroup) -> NodeLayout:
@@ -184,7 +185,7 @@ def cluster_nodes(
 
 def _pod(name: str, namespace: str, labels: dict[str, str], owner_kind: str, owner: str) -> dict[str, Any]:
     """A raw pod as its controller creates it (deterministic owner uid: runs must not differ by a uuid)."""
-    pod = demo_pod(name, {f"{contract.DOMAIN}/{k}": v for k, v in labels.items()}, namespace=namespace)
+    pod = admitted_pod(name, {f"{contract.DOMAIN}/{k}": v for k, v in labels.items()}, namespace=namespace)
     api = "apps/v1" if owner_kind == "ReplicaSet" else "batch/v1"
     pod["metadata"]["ownerReferences"] = [
         {"apiVersion": api, "kind": owner_kind, "name": owner, "uid": f"{namespace}-{owner}", "controller": True}
