@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.core.kube import Kind
+from gpupack.core.objects import is_finished
 from gpupack.core.policy import Policy
-from gpupack.extender.demand import FINISHED_PHASES, RequestsCache, pod_key, pod_requests
+from gpupack.extender.demand import RequestsCache, pod_key, pod_requests
 from gpupack.extender.inventory import NodeRecord, node_from_json
 from gpupack.extender.state import ClusterState, Requests
 
@@ -99,7 +100,7 @@ def pod_change(
         return PodChange(key, None, (), deleted=True)
     spec = pod.get("spec") or {}
     node = spec.get("nodeName")
-    if not node or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+    if not node or is_finished(pod):
         return PodChange(key, None, ())
     requests = (
         cache.requests(spec, shared_resource)

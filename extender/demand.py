@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from gpupack.core import contract
+from gpupack.core.objects import is_statefulset_pod
 from gpupack.core.policy import Policy, WorkloadClass
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.extender.inventory import CPU, MEMORY
@@ -197,10 +198,6 @@ class RequestsCache:
         return found
 
 
-def _owned_by_statefulset(meta: Mapping[str, Any]) -> bool:
-    return any(isinstance(o, dict) and o.get("kind") == "StatefulSet" for o in meta.get("ownerReferences") or [])
-
-
 MAX_KEY = 512
 """The longest pod key kept (a uid is 36 characters, namespace/name at most 317): an assumption is held for
 `assumeSeconds`, and 20 MB uids took 339 MB for 20 requests."""
@@ -253,8 +250,5 @@ def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | Non
         gpu_count=gpu_count,
         workload=workload,
         latency_critical=critical,
-        avoid_spot=workload == "inference" or forbid or _owned_by_statefulset(meta),
+        avoid_spot=workload == "inference" or forbid or is_statefulset_pod({"metadata": meta}),
     )
-
-
-FINISHED_PHASES = frozenset({"Succeeded", "Failed"})

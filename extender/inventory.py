@@ -13,16 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.core.gpus.catalog import CATALOG, MigProfile
+from gpupack.core.gpus.catalog import memory_share, mig_model_of
+from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, MIG_CONFIG, is_spot
 from gpupack.core.policy import Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
-
-LABEL_PRODUCT = "nvidia.com/gpu.product"
-LABEL_COUNT = "nvidia.com/gpu.count"
-LABEL_MEMORY = "nvidia.com/gpu.memory"
-LABEL_REPLICAS = "nvidia.com/gpu.replicas"
-LABEL_MIG_CONFIG = "nvidia.com/mig.config"
-LABEL_SHARING = "nvidia.com/gpu.sharing-strategy"
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -60,37 +54,13 @@ class NodeRecord:
 
 def gpu_share(gpu_model: str | None, replicas: int, resource: str) -> float:
     """How much of one physical GPU one unit of `resource` is: 1 for a whole GPU, 1/replicas for a
-    time-sliced replica, the memory slices over 8 for a MIG instance (1/7 when the profile is unknown)."""
+    time-sliced replica, a MIG instance's share of its GPU's memory slices (`catalog.memory_share`: an A30
+    `4g.24gb` is a whole GPU, an A100 `3g.20gb` half of one; 1/7 when the profile is unknown)."""
     if resource.startswith(contract.RESOURCE_MIG_PREFIX):
-        profile = mig_profile(gpu_model, resource)
-        return profile.memory_slices / 8 if profile is not None else 1 / 7
+        return memory_share(resource.removeprefix(contract.RESOURCE_MIG_PREFIX), gpu_model)
     if resource == contract.RESOURCE_GPU:
         return 1.0
     return 1 / max(replicas, 1)
-
-
-def mig_profile(gpu_model: str | None, resource: str) -> MigProfile | None:
-    """The catalog entry of a MIG resource on a GPU model (None when the model or the name is unknown)."""
-    if gpu_model is None or not resource.startswith(contract.RESOURCE_MIG_PREFIX):
-        return None
-    name = resource.removeprefix(contract.RESOURCE_MIG_PREFIX)
-    return next((p for p in CATALOG.get(gpu_model, ()) if p.name == name), None)
-
-
-def gpu_model_of(product: str, memory_mib: int | None, mig_names: set[str]) -> str | None:
-    """The catalog model of a node: from the product label (memory from the label or the product name),
-    else the first model that offers every advertised MIG profile name."""
-    text = product.upper()
-    family = next((f for f in ("H200", "H100", "A100", "A30") if f in text), None)
-    if family == "A100":
-        big = (memory_mib or 0) > 50_000 or "80GB" in text
-        return "A100-80GB" if big else "A100-40GB"
-    if family is not None:
-        return next(m for m in CATALOG if m.startswith(family))
-    for model, profiles in CATALOG.items():
-        if mig_names and mig_names <= {p.name for p in profiles}:
-            return model
-    return None
 
 
 MAX_NODE_GPUS = 1024
@@ -144,9 +114,9 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
         if r in (CPU, MEMORY) or contract.is_gpu_resource(r, policy.time_slicing.resource_name)
     }
     mig_names = {r.removeprefix(contract.RESOURCE_MIG_PREFIX) for r in allocatable if r.startswith("nvidia.com/mig-")}
-    product = str(labels.get(LABEL_PRODUCT, ""))
-    model = gpu_model_of(product, _int_label(labels, LABEL_MEMORY), mig_names)
-    replicas = _int_label(labels, LABEL_REPLICAS) or 1
+    product = str(labels.get(GFD_PRODUCT, ""))
+    model = mig_model_of(product, _int_label(labels, GFD_MEMORY), mig_names)
+    replicas = _int_label(labels, GFD_REPLICAS) or 1
     shared = allocatable.get(policy.time_slicing.resource_name, 0)
     derived = allocatable.get(contract.RESOURCE_GPU, 0) + -(-shared // replicas)
     taints = tuple(
@@ -154,26 +124,23 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
         for t in taints_raw
         if isinstance(t, dict)
     )
-    labelled = _int_label(labels, LABEL_COUNT)
+    labelled = _int_label(labels, GFD_COUNT)
     if labelled is not None and labelled > MAX_NODE_GPUS:
-        raise ValueError(
-            f"node {name}: {LABEL_COUNT}={labelled} is more GPUs than a node has (at most {MAX_NODE_GPUS})"
-        )
+        raise ValueError(f"node {name}: {GFD_COUNT}={labelled} is more GPUs than a node has (at most {MAX_NODE_GPUS})")
     # Without the label the count comes from the devices advertised, which for time-slicing without a replicas
     # label are replicas, not GPUs: capped rather than refused, since the node itself may be fine.
     gpu_count = labelled or min(derived, MAX_NODE_GPUS)
-    spot_label = policy.spot.label
     shares = {r: gpu_share(model, replicas, r) for r in allocatable if r not in (CPU, MEMORY)}
     return NodeRecord(
         name=name,
         allocatable=allocatable,
-        spot=labels.get(spot_label.key) == spot_label.value,
+        spot=is_spot(labels, policy.spot.label),
         taints=taints,
         product=product,
         gpu_model=model,
         gpu_count=gpu_count,
         replicas=replicas,
-        mig_config=str(labels.get(LABEL_MIG_CONFIG, "")),
+        mig_config=str(labels.get(MIG_CONFIG, "")),
         shares=shares,
         gpu_capacity=sum(allocatable[r] * share for r, share in shares.items()),
         unschedulable=bool(spec.get("unschedulable")),

@@ -1,12 +1,10 @@
 """Live GPU utilization per node and GPU, from DCGM exporter series, with the age of every sample.
 
 DCGM reports `DCGM_FI_DEV_GPU_UTIL` (0-100) for whole GPUs but not for MIG instances; there each instance
-reports `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (0-1) relative to its own slices, so a MIG GPU's utilization is the
-instances' activity weighted by their compute slices over the GPU's 7 (dcgm-exporter #216, #430).
-The node is read from the label the admin names, else `Hostname` (before 2026) or `hostname` (after #655);
-the pod from `exported_pod` (through a ServiceMonitor) or `pod`. Through a ServiceMonitor, `pod` is the scrape
-target's, the exporter's own pod: it sits beside `exported_pod` on a used GPU's series and alone on an idle
-GPU's, so a `pod` value seen beside an `exported_pod` anywhere in the read is never taken for a workload.
+reports `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (0-1) relative to its own slices, so a MIG GPU's utilization is
+`gpupack.core.dcgm.busy_fraction` of its instances: an A30's instances are shares of 4 compute slices, the
+others' of 7. The node, the pod and the exporter's own pods are read as `gpupack.core.dcgm` says (the label the
+admin names, else `Hostname` or `hostname`; `exported_pod` else `pod`, never the exporter's own).
 
 Scores read `LiveMetrics.fresh_utils()`: a GPU whose newest sample is older than the policy's age counts as
 unknown, and a node with no fresh GPU is scored neutral and never filtered for lack of data.
@@ -15,16 +13,24 @@ unknown, and a node with no fresh GPU is scored neutral and never filtered for l
 from __future__ import annotations
 
 import itertools
-import re
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
-GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-FB_USED = "DCGM_FI_DEV_FB_USED"
-FB_FREE = "DCGM_FI_DEV_FB_FREE"
-HOST_LABELS = ("Hostname", "hostname")
-_COMPUTE_SLICES = re.compile(r"^(\d+)g\.")
+from gpupack.core.dcgm import (
+    FB_FREE,
+    FB_USED,
+    GPU,
+    GPU_UTIL,
+    GR_ENGINE_ACTIVE,
+    INSTANCE,
+    MODEL,
+    PROFILE,
+    busy_fraction,
+    exporter_pods,
+    node_of,
+    workload,
+)
+from gpupack.core.gpus.catalog import mig_model_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +52,10 @@ class GpuLive:
     fb_free: float | None = None
     pods: set[str] = field(default_factory=set)
     at: float = 0.0
-    mig_activity: dict[str, tuple[float, int]] = field(default_factory=dict)
-    """MIG instance id -> (activity 0-1, compute slices)."""
+    mig_activity: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """MIG instance id -> (activity 0-1, profile)."""
+    model: str | None = None
+    """The GPU's catalog model, from DCGM's `modelName` (it decides a MIG instance's share of the GPU)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,38 +107,6 @@ EMPTY = LiveMetrics({}, 0.0)
 _SERIALS = itertools.count(1)
 
 
-def node_of(labels: Mapping[str, str], node_label: str | None) -> str | None:
-    """The node a series belongs to."""
-    for key in (node_label,) if node_label else HOST_LABELS:
-        value = labels.get(key)
-        if value:
-            return value
-    return None
-
-
-def exporter_pods(labels: Iterable[Mapping[str, str]]) -> set[str]:
-    """The exporter's own pods among these series: a `pod` seen beside an `exported_pod` is a ServiceMonitor
-    target's (the exporter DaemonSet pod), never a workload, on that series and on every other one."""
-    return {each["pod"] for each in labels if each.get("exported_pod") and "pod" in each}
-
-
-def workload(labels: Mapping[str, str], exporters: Set[str]) -> tuple[str, str] | None:
-    """`(namespace, pod)` of the workload a series maps its GPU to: `exported_pod` (through a ServiceMonitor)
-    else `pod`, with the namespace beside it; None without a pod or when the pod is one of `exporters`."""
-    if labels.get("exported_pod"):
-        pod, namespace = labels["exported_pod"], labels.get("exported_namespace", "")
-    else:
-        pod, namespace = labels.get("pod", ""), labels.get("namespace", "")
-    if not pod or pod in exporters:
-        return None
-    return namespace, pod
-
-
-def _slices(profile: str) -> int:
-    match = _COMPUTE_SLICES.match(profile)
-    return int(match.group(1)) if match else 1
-
-
 def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) -> LiveMetrics:
     """Fold DCGM series into per-node, per-GPU state. Series without a node or GPU label are skipped."""
     series = list(series)
@@ -138,7 +114,7 @@ def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) 
     nodes: dict[str, dict[str, GpuLive]] = {}
     for s in series:
         node = node_of(s.labels, node_label)
-        gpu_index = s.labels.get("gpu")
+        gpu_index = s.labels.get(GPU)
         if node is None or gpu_index is None:
             continue
         gpu = nodes.setdefault(node, {}).setdefault(gpu_index, GpuLive())
@@ -146,11 +122,13 @@ def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) 
         used_by = workload(s.labels, exporters)
         if used_by is not None:
             gpu.pods.add(used_by[1])
-        instance = s.labels.get("GPU_I_ID", "")
+        instance = s.labels.get(INSTANCE, "")
+        if gpu.model is None and s.labels.get(MODEL):
+            gpu.model = mig_model_of(s.labels[MODEL])
         if s.signal == GPU_UTIL and not instance:
             gpu.util = min(max(s.value / 100.0, 0.0), 1.0)
         elif s.signal == GR_ENGINE_ACTIVE and instance:
-            gpu.mig_activity[instance] = (min(max(s.value, 0.0), 1.0), _slices(s.labels.get("GPU_I_PROFILE", "")))
+            gpu.mig_activity[instance] = (min(max(s.value, 0.0), 1.0), s.labels.get(PROFILE, ""))
         elif s.signal == GR_ENGINE_ACTIVE and gpu.util is None:
             gpu.util = min(max(s.value, 0.0), 1.0)
         elif s.signal == FB_USED:
@@ -162,7 +140,7 @@ def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) 
     for name, gpus in nodes.items():
         for gpu in gpus.values():
             if gpu.mig_activity:
-                gpu.util = min(sum(a * n for a, n in gpu.mig_activity.values()) / 7.0, 1.0)
+                gpu.util = busy_fraction(gpu.mig_activity.values(), gpu.model)
             newest = gpu.at if newest is None else max(newest, gpu.at)
         valued = [g for g in gpus.values() if g.util is not None]
         if valued:

@@ -23,12 +23,11 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, SIGNALS
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.live import EMPTY, FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, LiveMetrics, Series, aggregate
+from gpupack.extender.live import EMPTY, LiveMetrics, Series, aggregate
 
 log = logging.getLogger(__name__)
-
-SIGNALS = (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, FB_FREE)
 
 
 class MetricsSource(Protocol):

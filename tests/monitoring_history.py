@@ -54,7 +54,7 @@ from typing import Any, Literal, TextIO
 import numpy as np
 import yaml
 
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from gpupack.extender.metrics import LATENCY_BUCKETS as EXTENDER_BUCKETS
 from gpupack.testing.dcgm import HostLabel, Workload, label_set
 from gpupack.testing.history import (

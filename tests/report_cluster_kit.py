@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpupack.core.policy import Policy, parse_policy
+from gpupack.core.thresholds import Thresholds
 from gpupack.report.cluster import Cluster, from_objects
-from gpupack.report.document import Thresholds
 from gpupack.report.findings import Inputs
 from gpupack.report.usage import GpuUsage, Usage, Window
 

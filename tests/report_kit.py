@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from gpupack.report.document import Comparison, Finding, NodeRow, Period, Report, Savings, Summary, Thresholds
+from gpupack.core.thresholds import Thresholds
+from gpupack.report.document import Comparison, Finding, NodeRow, Period, Report, Savings, Summary
 from gpupack.report.usage import NodeUsage, Window
 
 START = 1795392000.0

@@ -13,9 +13,9 @@ import gpupack.placement.choice
 import gpupack.simulator.day.simulate
 from gpupack.cli import main
 from gpupack.core import contract
+from gpupack.core.objects import PARTITIONING_LABELS
 from gpupack.simulator.day.cluster import (
     MIG_PER_GPU,
-    PARTITIONING_LABELS,
     cluster_nodes,
     job_arrivals,
     job_pod,

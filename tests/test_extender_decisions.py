@@ -19,7 +19,9 @@ H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count
 
 
 def statefulset(pod: dict[str, object]) -> dict[str, object]:
-    pod["metadata"]["ownerReferences"] = [{"kind": "StatefulSet", "name": "db", "uid": "x"}]  # type: ignore[index]
+    """The pod as the StatefulSet controller creates it: the StatefulSet is its controller reference."""
+    owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "x", "controller": True}
+    pod["metadata"]["ownerReferences"] = [owner]  # type: ignore[index]
     return pod
 
 

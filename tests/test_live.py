@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, node_of
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, Series, aggregate, node_of
+from gpupack.extender.live import Series, aggregate
 from gpupack.extender.sources import StaticSource
 from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Node, Workload, exposition
 

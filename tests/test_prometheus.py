@@ -26,8 +26,9 @@ from typing import TypeVar
 import pytest
 from aiohttp import web
 
+from gpupack.core.dcgm import GPU_UTIL
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.live import GPU_UTIL, LiveMetrics, aggregate
+from gpupack.extender.live import LiveMetrics, aggregate
 from gpupack.extender.sources import LiveMetricsCache, PrometheusSource
 from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Node, Workload, exposition
 

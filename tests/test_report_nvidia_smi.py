@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupack.report.document import Thresholds
+from gpupack.core.thresholds import Thresholds
 from gpupack.report.nvidia_smi import CsvError, NvidiaSmiLogs, node_file, read_log
 from gpupack.report.usage import Window
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
-from gpupack.report.document import Thresholds
+from gpupack.core.thresholds import Thresholds
 from gpupack.report.prometheus import QUERIES, PrometheusError, PrometheusUsage
 from gpupack.report.usage import GpuUsage, Usage, Window
 from gpupack.testing.dcgm import Workload

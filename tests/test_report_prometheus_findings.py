@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from gpupack.cli import main
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from gpupack.testing.dcgm import Workload
 from gpupack.testing.history import (
     PROMETHEUS,

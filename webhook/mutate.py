@@ -18,6 +18,7 @@ from gpupack.core import contract
 from gpupack.core.cluster import UNKNOWN, ClusterFacts
 from gpupack.core.k8s import InvalidPod, Pod, decode_pod, document, read_pod
 from gpupack.core.lease import ASSUMED_LIVE, SchedulerStatus
+from gpupack.core.objects import STATEFULSET
 from gpupack.core.policy import ClassPolicy, Policy
 from gpupack.webhook.bounds import too_large
 from gpupack.webhook.labels import LabelError, WorkloadRequest, read_request
@@ -256,7 +257,7 @@ def _decide(pod: Pod, doc: dict[str, Any], ctx: MutationContext) -> Decision:
         return _skip("mirror pod")
     labelled = contract.LABEL_WORKLOAD in pod.labels
     has_gpu = _has_gpu(pod, policy)
-    stateful = pod.controller_kind() == "StatefulSet"
+    stateful = pod.controller_kind() == STATEFULSET
     if not labelled and not (ctx.namespace_opted_in and (has_gpu or stateful)):
         return _skip("not opted in" if not labelled and not ctx.namespace_opted_in else "no GPU requested")
     notes = Notes()

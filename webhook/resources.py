@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpupack.core import contract
 from gpupack.core.k8s import Container, Pod
+from gpupack.core.objects import names_gpu
 from gpupack.core.policy import ClassPolicy, Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.webhook.labels import LabelError
@@ -35,13 +36,7 @@ def asks_for_gpu(container: Container, shared: str) -> bool:
     resources = container.resources
     if resources is None:
         return False
-    is_gpu = contract.is_gpu_resource
-    for table in (resources.requests, resources.limits):
-        if table:
-            for key in table:
-                if is_gpu(key, shared):
-                    return True
-    return False
+    return any(table and names_gpu(table, shared) for table in (resources.requests, resources.limits))
 
 
 def gpu_container(pod: Pod, shared: str) -> tuple[str, int]:

@@ -17,8 +17,8 @@ from pathlib import Path
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from gpupack.core.thresholds import Thresholds
 from gpupack.extender.sources import SIGNALS
-from gpupack.report.document import Thresholds
 from gpupack.report.prometheus import PrometheusUsage
 from gpupack.report.usage import Window
 

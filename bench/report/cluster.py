@@ -15,7 +15,7 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from gpupack.testing.dcgm import HostLabel, Workload
 from gpupack.testing.history import Device, HistoryNode, Stint, Times, Values
 

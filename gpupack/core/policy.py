@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpupack.core import contract, yamldoc
 from gpupack.core.gpus.catalog import CATALOG, DEFAULT_MIG_GPUS
 from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.core.thresholds import DEFAULT as THRESHOLDS
 from gpupack.core.validation import DOCUMENT_CONFIG, describe
 
 Sharing = Literal["mig", "time-slicing", "exclusive"]
@@ -262,8 +263,9 @@ class ExtenderPolicy(_Model):
     scoring: ScoringPolicy = "gpupack"
     """spread: least allocated (the default scheduler); binpack: most allocated; gpupack: pack against fragmentation
     and by live load (see `extender.score`)."""
-    hot_threshold: float = Field(default=0.85, gt=0, le=1)
-    """Latency-critical inference skips nodes whose every GPU is busier than this (0-1; the guide alerts at 85%)."""
+    hot_threshold: float = Field(default=THRESHOLDS.hot / 100, gt=0, le=1)
+    """Latency-critical inference skips nodes whose every GPU is busier than this (0-1): the hot level of the report
+    and the alerts (`gpupack.core.thresholds`), 85 %."""
     target_utilization: float = Field(default=0.6, gt=0, lt=1)
     """Live GPU utilization the `gpupack` score packs shared inference up to; the score falls beyond it."""
     weights: ScoreWeights = ScoreWeights()

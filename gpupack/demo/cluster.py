@@ -14,31 +14,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpupack.core.admitted import admitted_pod
+from gpupack.core.gpus.catalog import MODELS
+from gpupack.core.objects import GFD_MIG_STRATEGY, GFD_REPLICAS, GFD_SHARING_STRATEGY, MIG_CONFIG, gfd_labels
 from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Workload
 from gpupack.testing.dcgm import Node as ExporterNode
 
 W = "gpupack.io/"
 SPOT = {"key": "node-type", "value": "spot", "effect": "NoSchedule"}
-A100 = {
-    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
-    "nvidia.com/gpu.count": "8",
-    "nvidia.com/gpu.memory": "40960",
-    "nvidia.com/mig.config": "all-balanced",
-    "nvidia.com/mig.strategy": "mixed",
-}
+A100 = {**gfd_labels(MODELS["A100-40GB"], 8), MIG_CONFIG: "all-balanced", GFD_MIG_STRATEGY: "mixed"}
 A100_MIG = {"nvidia.com/mig-1g.5gb": 16, "nvidia.com/mig-2g.10gb": 8, "nvidia.com/mig-3g.20gb": 8}
-H100 = {
-    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-    "nvidia.com/gpu.count": "8",
-    "nvidia.com/gpu.memory": "81559",
-}
-T4 = {
-    "nvidia.com/gpu.product": "Tesla-T4-SHARED",
-    "nvidia.com/gpu.count": "4",
-    "nvidia.com/gpu.memory": "15360",
-    "nvidia.com/gpu.replicas": "4",
-    "nvidia.com/gpu.sharing-strategy": "time-slicing",
-}
+H100 = gfd_labels(MODELS["H100-80GB"], 8)
+T4 = {**gfd_labels(MODELS["T4-16GB"], 4, shared=True), GFD_REPLICAS: "4", GFD_SHARING_STRATEGY: "time-slicing"}
 
 
 def _node(name: str, labels: dict[str, str], gpus: dict[str, int], spot: bool = False) -> dict[str, Any]:

@@ -26,12 +26,13 @@ from gpupack.core.gpus.catalog import CATALOG
 from gpupack.core.gpus.geometry import compute_slices
 from gpupack.core.gpus.stock import DISABLED
 from gpupack.core.kube import facts_from_lists
+from gpupack.core.objects import is_finished, labels_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
 from gpupack.extender.inventory import node_from_json
 from gpupack.migplan.nodes import CONFIG_LABEL, is_mig_node, uses_gpus
 from gpupack.migplan.solve import PROFILE_PREFIX, MigNode, PlanError
-from gpupack.report.cluster import FINISHED, Cluster, labels_of
+from gpupack.report.cluster import Cluster
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch
 
@@ -152,7 +153,7 @@ def cluster_demand(cluster: Cluster, policy: Policy, nodes: Iterable[MigNode]) -
     total: dict[str, int] = {}
     whole = 0
     for pod in cluster.pods:
-        if (pod.get("status") or {}).get("phase") in FINISHED:
+        if is_finished(pod):
             continue
         where = (pod.get("spec") or {}).get("nodeName")
         if where and where not in mig:

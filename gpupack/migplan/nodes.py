@@ -9,14 +9,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpupack.core.contract import RESOURCE_MIG_PREFIX
-from gpupack.extender.inventory import LABEL_MIG_CONFIG
-from gpupack.report.cluster import FINISHED
+from gpupack.core.objects import GFD_MIG_CAPABLE, MIG_CONFIG, MIG_CONFIG_STATE, is_finished, uses_gpu
 
-CONFIG_LABEL: Final = LABEL_MIG_CONFIG
+CONFIG_LABEL: Final = MIG_CONFIG
 """The MIG manager's layout label: the mig-parted config name to apply (the extender reads it too)."""
-STATE_LABEL: Final = "nvidia.com/mig.config.state"
+STATE_LABEL: Final = MIG_CONFIG_STATE
 """The MIG manager's answer: `pending`, then `success` or `failed`."""
-CAPABLE_LABEL: Final = "nvidia.com/mig.capable"
+CAPABLE_LABEL: Final = GFD_MIG_CAPABLE
 """GPU Feature Discovery's: the node's GPUs can run MIG."""
 
 
@@ -32,14 +31,7 @@ def is_mig_node(node: Mapping[str, Any]) -> bool:
 
 
 def uses_gpus(pod: Mapping[str, Any]) -> bool:
-    """A pod still running (not Succeeded/Failed) that requests or limits any `nvidia.com/*` resource, in a
-    container or an init container: reconfiguring MIG under it would fail, and the MIG manager does not evict it."""
-    if (pod.get("status") or {}).get("phase") in FINISHED:
-        return False
-    spec = pod.get("spec") or {}
-    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
-        for kind in ("requests", "limits"):
-            if any(str(name).startswith("nvidia.com/") for name in resources.get(kind) or {}):
-                return True
-    return False
+    """A pod still running (not Succeeded/Failed) that requests or limits a GPU resource, in a container or an init
+    container (`gpupack.core.objects.uses_gpu`): reconfiguring MIG under it would fail, and the MIG manager does
+    not evict it."""
+    return not is_finished(pod) and uses_gpu(pod)

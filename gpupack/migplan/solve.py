@@ -44,7 +44,7 @@ class MigNode:
 
     name: str
     model: str
-    """Key of `gpupack.gpus.CATALOG`, e.g. `A100-40GB`."""
+    """Key of `gpupack.core.gpus.catalog.CATALOG`, e.g. `A100-40GB`."""
     gpus: int
     free: bool
     """No pod requests a GPU resource on it: its layout may change."""

@@ -5,8 +5,9 @@ Recording rules hold what alerts and dashboards share, each computed from raw se
 recording rule), so `promtool tsdb create-blocks-from rules` can backfill any of them:
 
     gpupack:gpu_utilization:avg5m{node, gpu}            percent per physical GPU: GPU_UTIL of a whole GPU; a MIG
-                                                         GPU's instances' engine activity weighted by their compute
-                                                         slices over 7 (DCGM reports no GPU_UTIL for MIG)
+                                                         GPU's instances' engine activity, each times its share of
+                                                         the GPU's compute slices (DCGM reports no GPU_UTIL for MIG;
+                                                         `gpupack.core.dcgm.fold_promql`: 4 slices on an A30, else 7)
     gpupack:node_gpu_utilization:avg5m{node}            the mean over the node's GPUs
     gpupack:node_gpu_utilization:avg1h{node}            the same over an hour, every 5 m: what the weekly alerts
                                                          average (2,016 points a week, not a week of raw samples)
@@ -28,16 +29,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpupack.core.dcgm import (
+    FB_FREE,
+    FB_USED,
+    GPU_UTIL,
+    GR_ENGINE_ACTIVE,
+    HOST_LABELS,
+    INSTANCE,
+    XID_ERRORS,
+    fold_promql,
+)
 from gpupack.monitoring.thresholds import DEFAULT, AlertThresholds
 
-HOST_LABELS = ("Hostname", "hostname")
 WEBHOOK_JOB = "gpupack-webhook"
 EXTENDER_JOB = "gpupack-extender-metrics"
 GPU_RESOURCES = 'resource=~"nvidia_com_.+"'
 """kube-state-metrics writes `nvidia.com/gpu` as `nvidia_com_gpu`, `nvidia.com/mig-1g.10gb` as
 `nvidia_com_mig_1g_10gb`, `nvidia.com/gpu.shared` as `nvidia_com_gpu_shared`."""
-SLICES = (1, 2, 3, 4, 7)
-"""Compute slices a MIG profile can have (`<n>g.<memory>`): NVIDIA's MIG user guide, A100/H100/H200."""
 RUNBOOK = "https://github.com/gpupack/gpupack/blob/main/README.md"
 """Where each alert's `runbook_url` points: the README's alerts table, one anchor per alert."""
 HOURLY_INTERVAL = "5m"
@@ -53,12 +61,14 @@ def node_of(vector: str) -> str:
 
 def gpu_utilization(window: str) -> str:
     """Per (node, gpu), percent over `window`: a whole GPU's GPU_UTIL, else its MIG instances' engine activity
-    times their compute slices, over 7. `or` keeps the whole GPU's number where both exist."""
-    util = 'avg_over_time(DCGM_FI_DEV_GPU_UTIL{GPU_I_ID=""}[' + window + "])"
+    folded into the GPU (`gpupack.core.dcgm.fold_promql`). `or` keeps the whole GPU's number where both exist."""
+    util = f'avg_over_time({GPU_UTIL}{{{INSTANCE}=""}}[{window}])'
     whole = f"max by (node, gpu) ({node_of(util)})"
-    engine = 'avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_PROFILE=~"%dg\\\\..+"}[%s])'
-    terms = " or ".join(f"{node_of(engine % (n, window))} * {n}" for n in SLICES)
-    mig = f"sum by (node, gpu) ({terms}) * 100 / 7"
+    mig = fold_promql(
+        lambda matcher: node_of(f"avg_over_time({GR_ENGINE_ACTIVE}{{{matcher}}}[{window}])"),
+        "node, gpu",
+        scale=" * 100",
+    )
     return f"{whole} or {mig}"
 
 
@@ -69,8 +79,8 @@ def node_utilization(window: str) -> str:
 
 def memory_used(by: str, selector: str) -> str:
     """Framebuffer used over its size, 0-1, per `by`."""
-    used = f"sum by ({by}) ({node_of(f'DCGM_FI_DEV_FB_USED{selector}')})"
-    free = f"sum by ({by}) ({node_of(f'DCGM_FI_DEV_FB_FREE{selector}')})"
+    used = f"sum by ({by}) ({node_of(f'{FB_USED}{selector}')})"
+    free = f"sum by ({by}) ({node_of(f'{FB_FREE}{selector}')})"
     return f"{used} / ({used} + {free})"
 
 
@@ -145,7 +155,7 @@ def alert_rules(t: AlertThresholds = DEFAULT) -> tuple[list[dict[str, Any]], ...
     # "for a week", and one missed evaluation back then does not make the alert flap. (An offset, not a subquery
     # over the week: that would cost every evaluation a week of inner evaluations.)
     history = f"last_over_time(gpupack:node_gpu_utilization:avg1h[1h] offset {t.week_history})"
-    xid = "DCGM_FI_DEV_XID_ERRORS"
+    xid = XID_ERRORS
     gpu = [
         _alert(
             "GPUNodeHot",

@@ -1,10 +1,10 @@
 """Every threshold the alerts and dashboards use, in one place.
 
-The guide's numbers are the report's (`report.document.Thresholds`): a node under 10 % for a week is idle, under
-30 % underused, over 85 % hot; framebuffer at least half used while compute is under 10 % is memory held idle; a
-MIG instance at 90 % of its memory is near OOM. So `gpupack report` and the alerts never disagree about what a
-class means. The rest (how long before an alert fires, the webhook's latency budget, certificate notice) are
-operational choices, each said once here and explained where it is defined.
+The method's numbers are the core's (`gpupack.core.thresholds.Thresholds`, docs/method.md), which the report reads: a
+node under 10 % for a week is idle, under 30 % underused, over 85 % hot; framebuffer at least half used while compute is
+under 10 % is memory held idle; a MIG instance at 90 % of its memory is near OOM. So `gpupack report` and the alerts
+never disagree about what a class means. The rest (how long before an alert fires, the webhook's latency budget,
+certificate notice) are operational choices, each said once here and explained where it is defined.
 
 `promtool test rules` files under `tests/monitoring/` pin these values at their boundaries, and a test builds the
 rules with each one changed and checks that the tests then fail.
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupack.report.document import Thresholds as _ReportThresholds
-
-_REPORT = _ReportThresholds()
+from gpupack.core.thresholds import DEFAULT as _REPORT
 
 
 @dataclass(frozen=True)

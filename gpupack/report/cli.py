@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpupack.core.argtypes import positive_float
-from gpupack.report.document import Thresholds
+from gpupack.core.thresholds import Thresholds
 from gpupack.report.nvidia_smi import NvidiaSmiLogs
 from gpupack.report.window import span, window
 

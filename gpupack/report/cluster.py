@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gpupack.core import contract
+from gpupack.core.objects import controller_of, is_finished, labels_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
 from gpupack.extender.inventory import node_from_json
 
 MAX_CLUSTER_BYTES = 2 * 1024**3
 """The largest cluster file read (150,000 pods are about 1 GB of `kubectl get -o json`)."""
-FINISHED = ("Succeeded", "Failed")
 KINDS = {"Node": "nodes", "Pod": "pods", "PodDisruptionBudget": "pdbs", "DaemonSet": "daemonsets"}
 
 
@@ -50,7 +50,7 @@ class Cluster:
         if not self._by_node:
             for pod in self.pods:
                 where = (pod.get("spec") or {}).get("nodeName")
-                if where and (pod.get("status") or {}).get("phase") not in FINISHED:
+                if where and not is_finished(pod):
                     self._by_node.setdefault(where, []).append(pod)
         return self._by_node.get(node, [])
 
@@ -66,30 +66,16 @@ def key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
-def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    """`metadata.labels`, empty when absent or malformed."""
-    found = (obj.get("metadata") or {}).get("labels")
-    return found if isinstance(found, dict) else {}
-
-
 def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
     """`metadata.annotations`, empty when absent or malformed."""
     found = (obj.get("metadata") or {}).get("annotations")
     return found if isinstance(found, dict) else {}
 
 
-def controller(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The owner reference with `controller: true`, if any."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller"):
-            return ref
-    return None
-
-
 def workload(pod: Mapping[str, Any]) -> str | None:
     """`Kind namespace/name` of the controller a person manages: a ReplicaSet resolves to its Deployment (the
     ReplicaSet's name is the Deployment's plus `-<pod-template-hash>`), a Job to itself."""
-    owner = controller(pod)
+    owner = controller_of(pod)
     if owner is None:
         return None
     kind, owner_name = str(owner.get("kind") or ""), str(owner.get("name") or "")
@@ -114,11 +100,6 @@ def gpu_resources(pod: Mapping[str, Any], policy: Policy) -> dict[str, int]:
     return {r: n for r, n in requests(pod, policy).items() if contract.is_gpu_resource(r, shared) and n > 0}
 
 
-def is_spot(node: Mapping[str, Any], policy: Policy) -> bool:
-    """Whether the node carries the policy's spot label."""
-    return labels_of(node).get(policy.spot.label.key) == policy.spot.label.value
-
-
 def gpu_nodes_of(cluster: Cluster, policy: Policy) -> list[dict[str, Any]]:
     """The nodes advertising a GPU resource (only they can take the replayed pods). Raises ClusterError naming
     the node whose object the extender cannot read."""
@@ -131,12 +112,6 @@ def gpu_nodes_of(cluster: Cluster, policy: Policy) -> list[dict[str, Any]]:
         if record.gpu_resources:
             out.append(node)
     return out
-
-
-def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
-    """Owned by a DaemonSet (Cluster Autoscaler does not drain those)."""
-    owner = controller(pod)
-    return owner is not None and owner.get("kind") == "DaemonSet"
 
 
 def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") -> Cluster:

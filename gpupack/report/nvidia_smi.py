@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpupack.report.document import Thresholds
+from gpupack.core.thresholds import Thresholds
 from gpupack.report.sources import Progress
 from gpupack.report.usage import GpuUsage, Usage, UtilizationMetric, Window
 

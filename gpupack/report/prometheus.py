@@ -40,13 +40,14 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
+from gpupack.core.dcgm import FB_FREE, FB_USED, GR_ENGINE_ACTIVE, HOST_LABELS
 from gpupack.core.policy import MetricsPolicy
-from gpupack.extender.live import FB_FREE, FB_USED, GR_ENGINE_ACTIVE, HOST_LABELS
+from gpupack.core.thresholds import Thresholds
 from gpupack.report import promql
-from gpupack.report.document import Thresholds, iso
+from gpupack.report.document import iso
 from gpupack.report.series import Catalog, Key, Labels, Row, Stat, gpus, hourly
 from gpupack.report.sources import Progress
-from gpupack.report.usage import GpuUsage, Usage, UtilizationMetric, Window, compute_slices
+from gpupack.report.usage import GpuUsage, Usage, UtilizationMetric, Window
 
 DEFAULT_TIMEOUT_SECONDS = 120.0
 """Per query. Longer than the extender's 10 s: a week of 1,000 nodes takes seconds per query, not milliseconds."""
@@ -107,19 +108,19 @@ def held_step(series: int, window_seconds: float, minimum: float, max_samples: i
     return minimum if needed <= minimum else float(math.ceil(needed / 60.0) * 60)
 
 
-def needs(catalog: Catalog, util: Stat, engine: Stat) -> tuple[dict[str, int], bool]:
-    """The MIG profiles seen (with their compute slices), and whether some whole GPU was seen with only one of
+def needs(catalog: Catalog, util: Stat, engine: Stat) -> tuple[set[str], bool]:
+    """The MIG profiles seen, and whether some whole GPU was seen with only one of
     GPU_UTIL and engine activity (then the held-idle and hourly queries let the other stand in)."""
-    slices: dict[str, int] = {}
+    profiles: set[str] = set()
     whole_engine: set[Key] = set()
     for number in engine:
         key = catalog.series[number].key
         if key is not None and key[3] is not None:
-            slices[key[3]] = compute_slices(key[3])
+            profiles.add(key[3])
         elif key is not None:
             whole_engine.add(key)
     whole_util = {key for number in util if (key := catalog.series[number].key) is not None}
-    return slices, whole_engine != whole_util
+    return profiles, whole_engine != whole_util
 
 
 def present(found: Iterable[GpuUsage], by_hour: Mapping[str, Sequence[float | None]]) -> Iterator[GpuUsage]:
@@ -304,14 +305,14 @@ class PrometheusUsage:
                 report(stat)
             step = held_step(len(stats["count"]), seconds, self.step_seconds, self.max_samples)
             self.last_step = step
-            slices, fallback = needs(catalog, stats["util"], stats["engine"])
+            profiles, fallback = needs(catalog, stats["util"], stats["engine"])
             held_query = promql.held_idle(
                 seconds, step, metric, thresholds.held_memory, thresholds.held_compute, fallback
             )
             held = pool.submit(lambda: catalog.add(self.instant(held_query, at)))
             hours = max(1, math.ceil(window.hours))
             first = window.start + 3600.0
-            hour_query = promql.hourly(metric, self.node_label, slices, fallback)
+            hour_query = promql.hourly(metric, self.node_label, profiles, fallback)
             hour_future = pool.submit(self.range, hour_query, first, first + (hours - 1) * 3600.0, 3600.0)
             for stat in ("used", "used_max", "free", "p95"):
                 stats[stat] = futures[stat].result()

@@ -13,7 +13,7 @@ samples. What each costs decided its shape (Prometheus 2.42, a week of 500 nodes
   (no grouping, no relabelling), on a grid the caller widens with the cluster (`report.prometheus.held_step`);
   the hourly heatmap groups as early as it can, since its 168 steps a week each see every series.
 - Per-series numbers come back with the series' labels, and the GPU's number is combined from its series in
-  Python (a pod change starts a new series; `extender.live.node_of` names the node, so an exporter upgraded past
+  Python (a pod change starts a new series; `gpupack.core.dcgm.node_of` names the node, so an exporter upgraded past
   dcgm-exporter #655 in the window, `Hostname` then `hostname`, stays one node).
 
 Windows are half open, [start, end): instant queries are evaluated 1 ms before the end (Prometheus 2's range
@@ -23,9 +23,9 @@ hourly query shifts its selectors back 1 ms for the same reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 
-from gpupack.extender.live import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, HOST_LABELS
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, HOST_LABELS, fold_promql
 from gpupack.report.usage import UtilizationMetric
 
 WHOLE_UTIL = f'{GPU_UTIL}{{GPU_I_ID=""}}'
@@ -34,11 +34,6 @@ WHOLE_ENGINE = f'{GR_ENGINE_ACTIVE}{{GPU_I_ID=""}}'
 MIG_ENGINE = f'{GR_ENGINE_ACTIVE}{{GPU_I_ID!=""}}'
 FINITE = " > -Inf < Inf"
 """Appended to an instant vector: keeps the samples that are numbers (NaN compares false with everything)."""
-
-
-def string(value: str) -> str:
-    """A PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def duration(seconds: float) -> str:
@@ -105,10 +100,10 @@ def _hour_mean(selector: str, by: str) -> str:
     return f"avg by ({by}) (avg_over_time({selector}[1h] offset 1ms))"
 
 
-def hourly(metric: UtilizationMetric, node_label: str | None, slices: Mapping[str, int], fallback: bool = True) -> str:
+def hourly(metric: UtilizationMetric, node_label: str | None, profiles: Iterable[str], fallback: bool = True) -> str:
     """Per node and hour, the mean over its GPUs of their utilization under `metric`, percent: a whole GPU's
     GPU_UTIL or engine activity (the other standing in where it is missing, when `fallback`: a whole GPU was seen
-    with one and not the other), a MIG GPU's instances' engine activity weighted by `slices[profile]` of its 7.
+    with one and not the other), a MIG GPU's instances of `profiles` folded by `gpupack.core.dcgm.fold_promql`.
     A GPU reported whole as well keeps the whole number, as `report.usage.fold_mig` does. A GPU-hour that is
     not a number (a NaN sample) is left out.
 
@@ -120,10 +115,9 @@ def hourly(metric: UtilizationMetric, node_label: str | None, slices: Mapping[st
     engine = f"{_hour_mean(WHOLE_ENGINE, gpu)} * 100"
     first, second = (util, engine) if metric == "gpu-util" else (engine, util)
     per_gpu = f"({first}) or ({second})" if fallback else f"({first})"
-    terms = [
-        f"({_hour_mean(f'{GR_ENGINE_ACTIVE}{{GPU_I_PROFILE={string(profile)}}}', f'{gpu}, GPU_I_ID')} * {count})"
-        for profile, count in sorted(slices.items())
-    ]
-    if terms:
-        per_gpu = f"{per_gpu} or (sum by ({gpu}) ({' or '.join(terms)}) * 100 / 7)"
+    fold = fold_promql(
+        lambda matcher: _hour_mean(f"{GR_ENGINE_ACTIVE}{{{matcher}}}", f"{gpu}, GPU_I_ID"), gpu, profiles, " * 100"
+    )
+    if fold:
+        per_gpu = f"{per_gpu} or ({fold})"
     return f"avg by ({node}) (clamp(({per_gpu}){FINITE}, 0, 100))"

@@ -30,22 +30,21 @@ from typing import Any
 import numpy as np
 
 from gpupack.core import contract
+from gpupack.core.gpus.catalog import compute_share, mig_model_of
 from gpupack.core.kube import facts_from_lists
+from gpupack.core.objects import GFD_PRODUCT, is_daemonset_pod, is_finished, labels_of
 from gpupack.extender.demand import DemandError, PodDemand, demand_of
 from gpupack.extender.inventory import NodeRecord
 from gpupack.extender.live import LiveMetrics
 from gpupack.extender.typical import REFRESH_PODS
 from gpupack.placement.accounting import gpus_in_use
 from gpupack.placement.choice import Placement, constraints_of
-from gpupack.report.cluster import Cluster, gpu_nodes_of, gpu_resources, is_daemonset_pod, key, labels_of
+from gpupack.report.cluster import Cluster, gpu_nodes_of, gpu_resources, key
 from gpupack.report.document import Savings
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.findings.sizing import resizes
-from gpupack.report.usage import compute_slices
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch
-
-FINISHED = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +80,7 @@ def unbound(pod: Mapping[str, Any], labels: Mapping[str, str] | None) -> dict[st
 def gpu_pods(cluster: Cluster, inputs: Inputs) -> list[dict[str, Any]]:
     """The pods the replay places: asking for a GPU resource, not finished, not a DaemonSet's."""
     return [
-        p
-        for p in cluster.pods
-        if (p.get("status") or {}).get("phase") not in FINISHED
-        and not is_daemonset_pod(p)
-        and gpu_resources(p, inputs.policy)
+        p for p in cluster.pods if not is_finished(p) and not is_daemonset_pod(p) and gpu_resources(p, inputs.policy)
     ]
 
 
@@ -93,9 +88,10 @@ def pod_work(inputs: Inputs, records: Mapping[str, NodeRecord], pods: Iterable[d
     """Each pod's work over the window in GPUs' worth busy (0.3: a third of one GPU all the time), by `key`; a pod
     the window does not measure is left out.
 
-    With the exporter's pod mapping (DCGM), a pod does its GPUs' utilization, shared evenly with the other pods
-    mapped to the same GPU; a MIG instance's is its engine activity times its compute slices over 7. Without it
-    (nvidia-smi), a node's work (its GPUs' utilizations summed) is shared among its GPU pods by how much of a GPU
+    With the exporter's pod mapping (DCGM), a pod does its GPUs' utilization, shared evenly with the other pods mapped
+    to the same GPU; a MIG instance's is its engine activity times its compute share of the GPU (`compute_share`: of 4
+    slices on an A30, of 7 on the others). Without it (nvidia-smi), a node's work (its GPUs' utilizations summed) is
+    shared among its GPU pods by how much of a GPU
     each holds (a whole GPU 1, a time-sliced replica 1/replicas, a MIG instance its slices)."""
     metric = inputs.usage.metric
     wanted = {key(p): p for p in pods}
@@ -106,7 +102,7 @@ def pod_work(inputs: Inputs, records: Mapping[str, NodeRecord], pods: Iterable[d
             util = gpu.engine_mean if gpu.instance is not None else gpu.utilization(metric)
             if not mine or util is None:
                 continue
-            share = compute_slices(gpu.profile) / 7 if gpu.instance is not None else 1.0
+            share = compute_share(gpu.profile or "", mig_model_of(gpu.model or "")) if gpu.instance is not None else 1.0
             for k in mine:
                 out[k] = out.get(k, 0.0) + util / 100 * share / len(gpu.pods)
         return out
@@ -216,7 +212,7 @@ def _cost(
         price = inputs.price(name)
         if price is None:
             node = cluster.node_by_name.get(name) or {}
-            price = inputs.prices.per_gpu_hour(labels_of(node).get("nvidia.com/gpu.product"), inputs.spot(name))
+            price = inputs.prices.per_gpu_hour(labels_of(node).get(GFD_PRODUCT), inputs.spot(name))
         if price is None:
             return None
         total += price * records[name].gpu_count * hours

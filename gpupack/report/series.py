@@ -5,7 +5,7 @@ A GPU's series are those with its node, index and MIG instance (a new pod on it 
 upgraded past dcgm-exporter #655 renames its host label). Means are weighted by each series' samples; maxima are
 the highest; a 95th percentile is the highest of its series', an upper bound of the GPU's own (a set's 95th
 percentile is never above the highest of its parts'). A series whose number is not finite (it holds a NaN
-sample) is left out of that statistic. Pods are read as `extender.live` reads them: `exported_pod` else `pod`,
+sample) is left out of that statistic. Pods are read as `gpupack.core.dcgm` says: `exported_pod` else `pod`,
 never the exporter's own pod.
 
 The series are kept once each, as the few labels the report reads (`Catalog`): a week of 500 nodes is 20,000
@@ -18,7 +18,8 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupack.extender.live import exporter_pods, node_of, workload
+from gpupack.core import dcgm
+from gpupack.core.dcgm import exporter_pods, node_of, workload
 from gpupack.report.usage import GpuUsage
 
 Labels = Mapping[str, str]
@@ -28,16 +29,15 @@ Row = tuple[Labels, float | None]
 """A series' labels and its number (None unless finite)."""
 Stat = Mapping[int, float | None]
 """Series id -> its number for one statistic."""
-POD_LABELS = ("pod", "namespace", "exported_pod", "exported_namespace")
 
 
 def key_of(labels: Labels, node_label: str | None) -> Key | None:
     """The GPU or MIG instance a series is about; None without a node or a GPU index."""
     node = node_of(labels, node_label)
-    gpu = labels.get("gpu")
+    gpu = labels.get(dcgm.GPU)
     if not node or gpu is None:
         return None
-    return node, gpu, labels.get("GPU_I_ID") or None, labels.get("GPU_I_PROFILE") or None
+    return node, gpu, labels.get(dcgm.INSTANCE) or None, labels.get(dcgm.PROFILE) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +67,8 @@ class Catalog:
                 number = self._ids.get(identity)
                 if number is None:
                     number = self._ids[identity] = len(self.series)
-                    pods = {k: labels[k] for k in POD_LABELS if k in labels}
-                    self.series.append(SeriesInfo(key_of(labels, self.node_label), labels.get("modelName"), pods))
+                    pods = {k: labels[k] for k in dcgm.POD_LABELS if k in labels}
+                    self.series.append(SeriesInfo(key_of(labels, self.node_label), labels.get(dcgm.MODEL), pods))
             out[number] = value
         return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from gpupack.report.document import Thresholds
+from gpupack.core.thresholds import Thresholds
 from gpupack.report.usage import Usage, UtilizationMetric, Window
 
 Progress = Callable[[str, int, int], None]

@@ -18,6 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpupack.core.dcgm import busy_fraction
+from gpupack.core.gpus.catalog import mig_model_of
+
 UtilizationMetric = Literal["gpu-util", "engine-active"]
 
 
@@ -168,15 +171,10 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def compute_slices(profile: str | None) -> int:
-    """Compute slices of a MIG profile (`3g.40gb`: 3 of a GPU's 7)."""
-    head = (profile or "").split("g.", 1)[0]
-    return int(head) if head.isdigit() else 1
-
-
 def fold_mig(gpus: Sequence[GpuUsage]) -> list[GpuUsage]:
-    """Whole GPUs as they are; the MIG instances of one GPU folded into one: activity weighted by compute slices
-    over the GPU's 7 (idle slices count as idle), memory summed, pods united. Instances stay in `Usage.gpus` for
+    """Whole GPUs as they are; the MIG instances of one GPU folded into one: activity folded by
+    `gpupack.core.dcgm.busy_fraction` (idle slices count as idle; an A30's instances are shares of its 4 compute
+    slices, the others' of 7), memory summed, pods united. Instances stay in `Usage.gpus` for
     the findings that are about one instance (`mig-near-oom`)."""
     whole: dict[tuple[str, str], GpuUsage] = {}
     instances: dict[tuple[str, str], list[GpuUsage]] = {}
@@ -190,11 +188,9 @@ def fold_mig(gpus: Sequence[GpuUsage]) -> list[GpuUsage]:
         if key in whole:  # a GPU reported whole as well (MIG mode changed in the window): keep the whole one
             continue
         engine = [p.engine_mean for p in parts]
-        weighted = (
-            sum((e or 0.0) * compute_slices(p.profile) for p, e in zip(parts, engine, strict=True)) / 7.0
-            if any(e is not None for e in engine)
-            else None
-        )
+        model = mig_model_of(next((p.model for p in parts if p.model), ""))
+        activities = [((e or 0.0) / 100.0, p.profile or "") for p, e in zip(parts, engine, strict=True)]
+        weighted = 100.0 * busy_fraction(activities, model) if any(e is not None for e in engine) else None
         used = [p.fb_used_mean for p in parts if p.fb_used_mean is not None]
         total = [p.fb_total for p in parts if p.fb_total is not None]
         whole[key] = GpuUsage(

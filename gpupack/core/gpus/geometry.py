@@ -1,11 +1,11 @@
 """Which sets of MIG instances one GPU can hold: NVIDIA's placement rules, applied to the catalog's data.
 
-The rules are data in `gpupack.gpus.CATALOG` (NVIDIA MIG User Guide, "Supported MIG Profiles"): a GPU has 8
-memory slices (A30: 4) and 7 compute slices (A30: 4); an instance of a profile starts at one of the profile's
-start slices and spans its memory slices; instances may not overlap, and their compute slices add up to at most
-the GPU's. A count of instances per profile is legal when some placement of all of them exists. That is stricter
-than the per-profile "instances max": `{"4g.20gb": 1, "3g.20gb": 1, "1g.5gb": 1}` respects every maximum and
-still does not fit, which hand-written tables get wrong.
+The rules are data in `gpupack.core.gpus.catalog` (NVIDIA MIG User Guide, "Supported MIG Profiles",
+docs/platform/nvidia.md): a GPU has 8 memory slices (A30: 4) and 7 compute slices (A30: 4); an instance of a profile
+starts at one of the profile's start slices and spans its memory slices; instances may not overlap, and their compute
+slices add up to at most the GPU's. A count of instances per profile is legal when some placement of all of them exists.
+That is stricter than the per-profile "instances max": `{"4g.20gb": 1, "3g.20gb": 1, "1g.5gb": 1}` respects every
+maximum and still does not fit, which hand-written tables get wrong.
 
 Everything here is pure and cached: a model has a few hundred legal placements, enumerated once.
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 
 from gpupack.core.contract import mig_resource
-from gpupack.core.gpus.catalog import CATALOG, MigProfile
+from gpupack.core.gpus.catalog import CATALOG, MODELS, MigProfile
 
 Counts = tuple[tuple[str, int], ...]
 """Instances per profile name on one GPU, sorted by name, without zeros: hashable and comparable."""
@@ -40,13 +40,15 @@ def profiles_of(model: str) -> dict[str, MigProfile]:
 
 
 def memory_slices(model: str) -> int:
-    """Memory slices of one GPU of the model (8, the A30's 4): the span of its full-GPU profile."""
-    return max(p.memory_slices for p in profiles_of(model).values())
+    """Memory slices of one GPU of the model (8, the A30's 4); LayoutError for a model without MIG."""
+    profiles_of(model)
+    return MODELS[model].memory_slices
 
 
 def compute_slices(model: str) -> int:
-    """Compute slices of one GPU of the model (7, the A30's 4)."""
-    return max(p.compute_slices for p in profiles_of(model).values())
+    """Compute slices of one GPU of the model (7, the A30's 4); LayoutError for a model without MIG."""
+    profiles_of(model)
+    return MODELS[model].compute_slices
 
 
 Placement = tuple[tuple[str, int], ...]

@@ -1,11 +1,11 @@
 """mig-parted's stock layouts, the names a MIG manager knows without a custom config, per GPU model.
 
-Source: NVIDIA/mig-parted `deployments/systemd/config-default.yaml` (commit 5ffc59fe), which the GPU Operator
-ships as its default `default-mig-parted-config`. Only the entries for the models of `gpupack.gpus.CATALOG` are
-kept, without the `+me` (media extension) and `.gfx` variants, which the device plugin advertises under other
-resource names. A stock name means a different set of instances on each model (`all-balanced` is 2x 1g.5gb +
-2g.10gb + 3g.20gb on an A100-40GB, 2x 1g.10gb + 2g.20gb + 3g.40gb on an A100-80GB), and some names exist only
-on some models (`all-1g.5gb` on the A100-40GB): `STOCK[name][model]` is absent where the name does not apply.
+Source: NVIDIA/mig-parted `deployments/systemd/config-default.yaml` (commit 5ffc59fe), which the GPU Operator ships as
+its default `default-mig-parted-config`. Only the entries for the models of `gpupack.core.gpus.catalog.CATALOG` are
+kept, without the `+me` (media extension) and `.gfx` variants, which the device plugin advertises under other resource
+names. A stock name means a different set of instances on each model (`all-balanced` is 2x 1g.5gb + 2g.10gb + 3g.20gb on
+an A100-40GB, 2x 1g.10gb + 2g.20gb + 3g.40gb on an A100-80GB), and some names exist only on some models (`all-1g.5gb` on
+the A100-40GB): `STOCK[name][model]` is absent where the name does not apply.
 
 `DEVICE_IDS` are the PCI device ids mig-parted's `device-filter` matches, from the same file.
 """

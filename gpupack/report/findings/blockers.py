@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.report.cluster import annotations_of, controller, is_daemonset_pod, key, labels_of, workload
+from gpupack.core.objects import controller_of, is_daemonset_pod, labels_of
+from gpupack.report.cluster import annotations_of, key, workload
 from gpupack.report.document import Finding
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.findings.selectors import matches
@@ -87,7 +88,7 @@ def pod_blocker(inputs: Inputs, pod: Mapping[str, Any]) -> str | None:
     pdbs = _pdbs_of(inputs, pod)
     if (pod.get("metadata") or {}).get("namespace") == "kube-system" and not pdbs:
         return "UnmovableKubeSystemPod"
-    if controller(pod) is None:
+    if controller_of(pod) is None:
         return "NotReplicated"
     listed = {v.strip() for v in found.get(SAFE_LOCAL_VOLUMES, "").split(",") if v.strip()}
     if any(volume not in listed for volume in _local_volumes(pod)):

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from gpupack.core.objects import is_spot, labels_of
 from gpupack.core.policy import Policy
-from gpupack.report.cluster import Cluster, is_spot, key
-from gpupack.report.document import NodeClass, Thresholds
+from gpupack.core.thresholds import NodeClass, Thresholds
+from gpupack.report.cluster import Cluster, key
 from gpupack.report.prices import Prices
 from gpupack.report.usage import GpuUsage, NodeUsage, Usage
 
@@ -43,7 +44,7 @@ class Inputs:
     def spot(self, node: str) -> bool:
         """Whether the node is a spot node (by the policy's label; False when the cluster is unknown)."""
         found = self.cluster.node_by_name.get(node) if self.cluster is not None else None
-        return found is not None and is_spot(found, self.policy)
+        return found is not None and is_spot(labels_of(found), self.policy.spot.label)
 
     def price(self, node: str) -> float | None:
         """What one GPU-hour of `node` costs, None without prices or a matching entry."""

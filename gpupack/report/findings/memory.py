@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from gpupack.core.gpus.catalog import mig_model_of
 from gpupack.core.policy import MigProfileSpec, Policy
 from gpupack.report.cluster import workload
 from gpupack.report.document import Finding
@@ -51,11 +52,9 @@ def _model_profiles(policy: Policy, model: str | None, profile: str) -> list[Mig
     by_gpu: dict[str, list[MigProfileSpec]] = {}
     for spec in policy.profiles_by_size:
         by_gpu.setdefault(spec.gpu, []).append(spec)
-    text = (model or "").upper().replace(" ", "")
-    for gpu, specs in by_gpu.items():
-        family, _, memory = gpu.upper().partition("-")
-        if family and memory and family in text and memory in text and any(s.name == profile for s in specs):
-            return specs
+    named = by_gpu.get(mig_model_of(model or "") or "", [])
+    if any(s.name == profile for s in named):
+        return named
     return next((specs for specs in by_gpu.values() if any(s.name == profile for s in specs)), [])
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.report.cluster import controller, gpu_resources, key, labels_of, workload
+from gpupack.core.objects import controller_kind, controller_of, is_statefulset_pod, labels_of
+from gpupack.report.cluster import gpu_resources, key, workload
 from gpupack.report.document import Finding
 from gpupack.report.findings.inputs import Inputs
 
@@ -25,8 +26,7 @@ def _serving(pod: dict[str, Any]) -> str | None:
         said = annotations.get(contract.ANNOTATION_CLASS)
     if said is not None:
         return "inference pod" if said == "inference" else None
-    owner = controller(pod)
-    return "Deployment pod without a gpupack label" if owner is not None and owner.get("kind") == "ReplicaSet" else None
+    return "Deployment pod without a gpupack label" if controller_kind(pod) == "ReplicaSet" else None
 
 
 def _latency_critical(pod: dict[str, Any]) -> bool:
@@ -38,14 +38,13 @@ def _latency_critical(pod: dict[str, Any]) -> bool:
         return latency == "critical"
     if found.get(contract.LABEL_WORKLOAD) is not None:
         return found[contract.LABEL_WORKLOAD] == "inference"
-    owner = controller(pod)
+    owner = controller_of(pod)
     return owner is None or owner.get("kind") not in BATCH_OWNERS
 
 
 def _inference_or_stateful(pod: dict[str, Any]) -> str | None:
     """Why a pod must stay off spot, or None."""
-    owner = controller(pod)
-    if owner is not None and owner.get("kind") == "StatefulSet":
+    if is_statefulset_pod(pod):
         return "StatefulSet pod"
     return _serving(pod)
 

@@ -16,7 +16,8 @@ from typing import Any
 
 from gpupack.core import contract
 from gpupack.core.kube import advertised_from
-from gpupack.report.cluster import gpu_resources, key, labels_of, workload
+from gpupack.core.objects import GFD_MEMORY, labels_of
+from gpupack.report.cluster import gpu_resources, key, workload
 from gpupack.report.document import Finding
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.usage import GpuUsage
@@ -26,7 +27,6 @@ from gpupack.webhook.sizing import GpuChoice, choose_gpu
 HEADROOM = 1.25
 """Memory asked for over the most the workload used: activations and batch sizes vary."""
 GIB = 2**30
-LABEL_MEMORY = "nvidia.com/gpu.memory"
 """GPU Feature Discovery's framebuffer size per GPU, MiB."""
 
 
@@ -123,7 +123,7 @@ def _shared_holds(inputs: Inputs, resource: str, size_gib: int) -> bool:
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         if str(allocatable.get(resource, "0")) in ("", "0"):
             continue
-        memory = labels_of(node).get(LABEL_MEMORY)
+        memory = labels_of(node).get(GFD_MEMORY)
         if memory is None or not memory.isdigit() or int(memory) >= size_gib * 1024:
             return True
     return False

@@ -1,12 +1,12 @@
 """The synthetic day's objects: Node objects as GPU Feature Discovery labels them, raw pods as controllers create
 them, and the jobs that arrive during the day.
 
-Nodes reuse the demo cluster's GFD labels (`demo.cluster`), so the extender reads them exactly as it reads the
-demo's. Pods are `gpupack.core.admitted.admitted_pod` with the gpupack labels a developer writes: the webhook
-decides the rest. `without_gpupack` turns such a pod into the one the same developer writes for a cluster without
-gpupack.
-Every random draw is made here, up front, from the scenario's seed and independent of placement, so every run
-(without gpupack and under each scoring policy) sees the same arrivals, durations and utilizations.
+Nodes carry the GFD labels of the catalog's models (`gpupack.core.objects.gfd_labels`), as the demo's do, so the
+extender reads them as it reads a real node. Pods are `gpupack.core.admitted.admitted_pod` with the gpupack labels a
+developer writes: the webhook decides the rest. `without_gpupack` turns such a pod into the one the same developer
+writes for a cluster without gpupack. Every random draw is made here, up front, from the scenario's seed and independent
+of placement, so every run (without gpupack and under each scoring policy) sees the same arrivals, durations and
+utilizations.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import numpy as np
 from gpupack.core import contract
 from gpupack.core.admitted import admitted_pod
 from gpupack.core.gpus import stock
+from gpupack.core.gpus.catalog import MODELS
 from gpupack.core.gpus.geometry import Counts, LayoutError, check, counts_of, instances
 from gpupack.core.gpus.stock import STOCK
-from gpupack.demo.cluster import A100, H100, SPOT, T4
+from gpupack.core.objects import GFD_MIG_STRATEGY, GFD_REPLICAS, GFD_SHARING_STRATEGY, MIG_CONFIG, gfd_labels
+from gpupack.core.policy import SpotPolicy
 from gpupack.simulator.day.scenario import (
     DEFAULT_MIG_LAYOUT,
     LABEL_VALUE,
@@ -98,13 +100,17 @@ def node_layout(node: str, group: NodeGroup, spec: NodeLayoutSpec) -> NodeLayout
     return NodeLayout(layout.config, tuple(counts_of(dict(c)) for c in layout.gpus))
 
 
-PARTITIONING_LABELS = (
-    "nvidia.com/mig.config",
-    "nvidia.com/mig.strategy",
-    "nvidia.com/gpu.replicas",
-    "nvidia.com/gpu.sharing-strategy",
-)
-"""The labels GPU Feature Discovery writes only on a node whose GPUs are partitioned (MIG) or time-sliced."""
+A100, H100, T4 = MODELS["A100-40GB"], MODELS["H100-80GB"], MODELS["T4-16GB"]
+"""The models of the day's node groups (`a100-mig`, `h100`, `t4`), as the demo cluster has them."""
+
+
+def _spot_taint() -> dict[str, str]:
+    taint = SpotPolicy().taint
+    return taint.model_dump() if taint is not None else {}
+
+
+SPOT = _spot_taint()
+"""The default policy's spot taint, which the day's spot nodes carry (cloud spot pools are tainted)."""
 
 
 def group_resources(
@@ -118,18 +124,20 @@ def group_resources(
     """
     gpus = group.gpus_per_node
     if not partitioned:
-        base = {"a100-mig": A100, "h100": H100}.get(group.gpu, T4)
-        labels = {k: v for k, v in base.items() if k not in PARTITIONING_LABELS}
-        labels["nvidia.com/gpu.product"] = labels["nvidia.com/gpu.product"].removesuffix("-SHARED")
-        return {**labels, "nvidia.com/gpu.count": str(gpus)}, {contract.RESOURCE_GPU: gpus}
+        model = {"a100-mig": A100, "h100": H100}.get(group.gpu, T4)
+        return gfd_labels(model, gpus), {contract.RESOURCE_GPU: gpus}
     if group.gpu == "a100-mig":
         mig = layout or group_layout(group)
-        labels = {**A100, "nvidia.com/gpu.count": str(gpus), "nvidia.com/mig.config": mig.config}
+        labels = {**gfd_labels(A100, gpus), MIG_CONFIG: mig.config, GFD_MIG_STRATEGY: "mixed"}
         return labels, mig.allocatable()
     if group.gpu == "h100":
-        return {**H100, "nvidia.com/gpu.count": str(gpus)}, {contract.RESOURCE_GPU: gpus}
+        return gfd_labels(H100, gpus), {contract.RESOURCE_GPU: gpus}
     replicas = group.replicas or DEFAULT_REPLICAS
-    labels = {**T4, "nvidia.com/gpu.count": str(gpus), "nvidia.com/gpu.replicas": str(replicas)}
+    labels = {
+        **gfd_labels(T4, gpus, shared=True),
+        GFD_REPLICAS: str(replicas),
+        GFD_SHARING_STRATEGY: "time-slicing",
+    }
     return labels, {contract.RESOURCE_GPU_SHARED: gpus * replicas}
 
 
