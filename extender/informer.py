@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 KINDS: tuple[Kind, ...] = ("nodes", "pods")
 
 
-# the seam to gpupack.kube -------------------------------------------------------------------------------------
+# the seam to gpupack.core.kube ----------------------------------------------------------------------------------
 class WatchStream(Protocol):
     """Events of one watch request; iterated in one thread, `close()` from another stops it."""
 
@@ -48,7 +48,7 @@ class WatchStream(Protocol):
 
 
 class ListWatch(Protocol):
-    """Blocking list and watch of raw objects (`gpupack.kube.RawListWatch`). Both raise ResourceExpired on 410."""
+    """Blocking list and watch of raw objects (`gpupack.core.kube.RawListWatch`). Both raise ResourceExpired on 410."""
 
     def pages(self, kind: Kind) -> Iterable[tuple[list[dict[str, Any]], str]]: ...
 

@@ -4,7 +4,7 @@ The node score of fragmentation gradient descent (FGD, Weng et al., ATC '23) is 
 dF the drop in the node's fragmentation (`extender.fragmentation`, milli-GPU) when the pod lands there. The
 integer score makes many nodes tie (every node the pod leaves unchanged scores 50) and the reference breaks the
 ties at random. gpupack keeps FGD's score first and breaks its ties with one key chosen by the pod's kind, found
-on the Alibaba trace (simulator/research_gpupack.py records what else was tried and what it lost):
+on the Alibaba trace (bench/simulator/research.py records what else was tried and what it lost):
 
 - CPU-only pod: the node with the smallest share of its GPUs free (in eighths), then the fewest whole GPUs
   free: the CPU goes where the GPUs are already taken, instead of stranding the free GPUs of a random node. A

@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--trace",
         type=Path,
-        help="directory of the openb CSVs (default: ../shared/traces/alibaba-gpu-v2023/csv beside the repository)",
+        help="directory of the openb CSVs (default: data/alibaba-gpu-v2023/csv of the source checkout; an installed "
+        "gpupack has no trace)",
     )
     sim.add_argument("--variant", help="pod list: default (the default), gpushare40, ... or a CSV path")
     sim.add_argument(

@@ -12,7 +12,7 @@ Every value is a step function of the time before now (`Signal`), so a test read
 whose expressions hold at now, `PLANTED.alerts_silent` those that must not.
 
 The world as the exporters write it:
-- DCGM exporter (`gpupack.testing.history`, `extender.dcgm_text.series_labels`): `gpu, UUID, pci_bus_id, device,
+- DCGM exporter (`gpupack.testing.history`, `gpupack.testing.dcgm.series_labels`): `gpu, UUID, pci_bus_id, device,
   modelName`, the host label (`Hostname`, `hostname` on mig-1), MIG instances' `GPU_I_PROFILE, GPU_I_ID`,
   `namespace, pod, container` of the pod the GPU is mapped to; scraped directly (`job, instance` added).
 - kube-state-metrics 2.x: resource names sanitized (`nvidia.com/mig-3g.40gb` is `nvidia_com_mig_3g_40gb`), units

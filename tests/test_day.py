@@ -401,8 +401,8 @@ def test_example_is_deterministic(small: Scenario, small_results: dict[str, Any]
 
 
 def test_example_without_gpupack_is_the_guides_before(small: Scenario, small_results: dict[str, Any]) -> None:
-    # whole GPUs held by replicas 15-30 % busy: the guide's "~20 %". Without spot tolerations only the on-demand
-    # nodes take pods, the spot pools sit empty and jobs pend for on-demand GPUs
+    # whole GPUs held by replicas 15-30 % busy: the guide's (docs/method.md) "~20 %". Without spot tolerations only the
+    # on-demand nodes take pods, the spot pools sit empty and jobs pend for on-demand GPUs
     data = compare(small, small_results)
     without, gpupack = data["policies"][WITHOUT], data["policies"]["gpupack"]
     on_demand = [g for g in small.nodes if not g.spot]

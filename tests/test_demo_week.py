@@ -1,4 +1,5 @@
-"""The demo's week (demo.week): nvidia-smi logs in the guide's format and a cluster file that `gpupack report`
+"""The demo's week (demo.week): nvidia-smi logs in the guide's (docs/method.md) format and a cluster file that `gpupack
+report`
 reads offline, with each planted problem found on the node or pod planted for it and on no other."""
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 import gpupack.extender.verbs as verbs
-from bench.extender.request_memory import realistic_node
 from gpupack.extender.app import Extender, ExtenderSettings, make_app
 from gpupack.extender.wire import MAX_CANDIDATES, MAX_DECODED_BYTES, decoded_bytes_bound, parse_args
+from gpupack.testing.nodes import realistic_node
 from tests.conftest import recorded_text
 from tests.extender_kit import (
     EXTENDER_FIXTURES,

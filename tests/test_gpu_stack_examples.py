@@ -1,6 +1,7 @@
 """The GPU stack's own settings in examples/gpu-stack/ against what gpupack assumes: the device plugin's
-time-slicing gives the policy's shared resource, every MIG layout fits gpupack's catalog, Cluster Autoscaler runs
-with the guide's scale-down flags, and the spot NodePool carries the policy's spot label and taint. Their schema
+time-slicing gives the policy's shared resource, every MIG layout fits gpupack's catalog, Cluster Autoscaler runs with
+the guide's (docs/method.md) scale-down flags, and the spot NodePool carries the policy's spot label and taint. Their
+schema
 validation is in test_monitoring_manifests.py, with every other shipped object."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def test_the_device_plugin_time_slices_into_the_resource_gpupacks_policy_expects
 
 def placements(profiles: dict[str, int], catalog: dict[str, MigProfile]) -> bool:
     """Whether these instances fit one GPU: each at one of its profile's start slices, memory slices not
-    overlapping, compute slices at most 7 (NVIDIA MIG User Guide geometry, gpupack/gpus.py)."""
+    overlapping, compute slices at most 7 (NVIDIA MIG User Guide geometry, gpupack/core/gpus/catalog.py)."""
     instances = sorted(
         (catalog[name] for name, count in profiles.items() for _ in range(count)), key=lambda p: -p.memory_slices
     )

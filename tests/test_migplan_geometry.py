@@ -1,6 +1,6 @@
 """MIG placement rules: every layout the planner can produce is legal, the known illegal ones are refused, and the
 stock layouts are what mig-parted ships. The oracle below places instances slice by slice, independently of
-`migplan.geometry`, and every count vector within the per-profile maxima is checked against it."""
+`gpupack.core.gpus.geometry`, and every count vector within the per-profile maxima is checked against it."""
 
 from __future__ import annotations
 

@@ -160,8 +160,8 @@ PROFILES = ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb"]
 
 @cache
 def oracle_maximal(wanted: tuple[str, ...]) -> list[dict[str, int]]:
-    """Independent of `migplan.geometry`: every count vector of the wanted profiles the slice-by-slice oracle of
-    test_migplan_geometry places, kept when no wanted instance can be added."""
+    """Independent of `gpupack.core.gpus.geometry`: every count vector of the wanted profiles the slice-by-slice
+    oracle of test_migplan_geometry places, kept when no wanted instance can be added."""
     profiles = {p.name: p for p in CATALOG["A100-40GB"]}
     ranges = [range(profiles[name].max_instances + 1) for name in wanted]
     legal = [

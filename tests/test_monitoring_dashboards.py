@@ -1,7 +1,7 @@
-"""The Grafana dashboards (`monitoring/dashboards.py`, shipped as manifests/monitoring/dashboards/*.json).
+"""The Grafana dashboards (`gpupack/monitoring/dashboards.py`, shipped as manifests/monitoring/dashboards/*.json).
 
 (a) The shipped files are byte for byte what the source builds. (b) Every panel has a title, the `datasource`
-variable and a target; thresholds come from `monitoring.thresholds` (changing one changes the dashboards).
+variable and a target; thresholds come from `gpupack.monitoring.thresholds` (changing one changes the dashboards).
 (c) Against a real Prometheus over the planted week (`tests/monitoring_history.py`) with gpupack's recording rules
 backfilled and loaded, every panel's query, with the template variables substituted as Grafana does, parses and
 returns series, and every template variable resolves to values; a few panels are checked against what was planted.
@@ -56,7 +56,7 @@ def test_the_shipped_json_is_what_the_source_builds() -> None:
     assert sorted(p.name for p in SHIPPED.glob("*.json")) == sorted(f"{stem}.json" for stem in DASHBOARDS)
     for stem, model in DASHBOARDS.items():
         shipped = (SHIPPED / f"{stem}.json").read_text()
-        assert shipped == render(model), f"{stem}.json differs from the source: run `python -m monitoring.dashboards`"
+        assert shipped == render(model), f"{stem}.json differs from the source: run `python -m gpupack.monitoring`"
         assert json.loads(shipped) == model
 
 

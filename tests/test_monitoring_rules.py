@@ -1,4 +1,4 @@
-"""The shipped rules: generated from `monitoring.rules`, valid for promtool, and pinned by `promtool test rules`
+"""The shipped rules: generated from `gpupack.monitoring.rules`, valid for promtool, and pinned by `promtool test rules`
 files that fire each alert just past its threshold and keep it silent just short of it. A threshold changed in a
 copy of the rules makes those tests fail: they test the numbers, not only the shapes."""
 
@@ -57,7 +57,7 @@ def _promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_shipped_files_are_what_the_source_writes() -> None:
     for path, text in build.outputs().items():
-        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run `python -m monitoring`"
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run `python -m gpupack.monitoring`"
 
 
 def test_the_plain_rule_file_and_the_prometheusrule_hold_the_same_groups() -> None:

@@ -77,7 +77,7 @@ def test_the_terminal_and_the_html_page(files: dict[str, Path], capsys: pytest.C
 
 
 def test_before_and_after_give_the_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Two days at 20 % on two GPUs, then two days at 65 %: the guide's 'from about 20 % to 60 %'."""
+    """Two days at 20 % on two GPUs, then two days at 65 %: the guide's (docs/method.md) 'from about 20 % to 60 %'."""
     before = write_log(tmp_path / "a.csv", 20, days=2)
     text = before.read_text()
     after = write_log(tmp_path / "b.csv", 65, days=2, start=START + 2 * 86400)

@@ -1,4 +1,5 @@
-"""The before/after verdict: the guide's rise from about 20 % to 60 %, or the same work on fewer GPU-hours or GPU
+"""The before/after verdict: the guide's (docs/method.md) rise from about 20 % to 60 %, or the same work on fewer
+GPU-hours or GPU
 nodes, worked out by hand; node-hours, not node names, for clusters whose autoscaler replaces nodes."""
 
 from __future__ import annotations

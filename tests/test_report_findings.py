@@ -1,5 +1,6 @@
 """Each finding on the node, GPU or pod planted for it and on no other, from hand-made usage and cluster objects;
-scale-down blockers one per Cluster Autoscaler reason; the summary in the guide's terms, worked out by hand."""
+scale-down blockers one per Cluster Autoscaler reason; the summary in the guide's (docs/method.md) terms, worked out by
+hand."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The nvidia-smi CSV reader on the guide's exact format: the header with units, `%` and `MiB` suffixes, `[N/A]`,
+"""The nvidia-smi CSV reader on the guide's (docs/method.md) exact format: the header with units, `%` and `MiB`
+suffixes, `[N/A]`,
 blank lines, a restarted log, timestamps or the 5 s interval, a file cut mid-line; and errors naming file:line."""
 
 from __future__ import annotations

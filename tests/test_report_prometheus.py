@@ -134,8 +134,8 @@ NODES = [
         ],
         target=SERVICEMONITOR,
     ),
-    # The exporter upgraded past #655 three days in: `Hostname` then `hostname`, still one node. The guide's T4:
-    # 91 % GPU_UTIL at 0.156 engine activity.
+    # The exporter upgraded past #655 three days in: `Hostname` then `hostname`, still one node. The guide's
+    # (docs/method.md) T4: 91 % GPU_UTIL at 0.156 engine activity.
     HistoryNode(
         "t4-renamed",
         [whole(0, constant(91), constant(0.156), constant(12000), 15360)],

@@ -30,7 +30,7 @@ MAX_VALUES: Final = 4096
 """Values over all node affinity match expressions."""
 MAX_OWNERS: Final = 64
 MAX_REVIEW_VALUES: Final = 100_000
-"""JSON values a review of 64 KiB or more may hold, counted before it is decoded (`gpupack.jsonbound`). A pod at
+"""JSON values a review of 64 KiB or more may hold, counted before it is decoded (`gpupack.core.jsonbound`). A pod at
 every other bound here, with dozens of environment variables per container, has tens of thousands; decoding
 100,000 takes about 10 ms, the 465,000 of 3 MiB of labels 45-55 ms, which every other admission waited for."""
 MAX_LABELS: Final = 1024

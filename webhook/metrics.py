@@ -83,7 +83,7 @@ class WebhookMetrics:
         child.inc()
 
     def unrouted_pod(self, reason: str) -> None:
-        """Count one pod kept off the policy's scheduler, by why (a reason of `gpupack.lease.NotLiveReason`)."""
+        """Count one pod kept off the policy's scheduler, by why (a reason of `gpupack.core.lease.NotLiveReason`)."""
         child = self._unrouted.get(reason)
         if child is None:
             child = self._unrouted[reason] = self.unrouted.labels(reason)

@@ -211,7 +211,7 @@ def shape_of(pod: Pod) -> bytes:
 
 
 def plan_pod(pod: Pod, namespace: str | None, ctx: MutationContext) -> Decision:
-    """`plan()` of a Pod already read (`gpupack.k8s.decode_pod`): the same checks in the same order, against the
+    """`plan()` of a Pod already read (`gpupack.core.k8s.decode_pod`): the same checks in the same order, against the
     pod's JSON form as the model holds it, which has every field they read and patch.
 
     The decision is kept for the pod's shape (`shape_of`), its namespace and the context, and given again for the

@@ -8,7 +8,7 @@ reproduction figures (allocation % at 100% and 130% arrived demand) are printed 
 `--variant all` runs every pod-list variant of the trace and, when both `gpupack` and `fgd` ran, ends with the
 table of their difference per variant (the issue's "more than our own fgd on every trace variant"). Every run
 also prints what stayed free at the end: whole GPUs, shares of GPUs, and the part of the shares that the pod
-sizes forced (`simulator.leftover`), which no placement policy can allocate.
+sizes forced (`gpupack.simulator.leftover`), which no placement policy can allocate.
 
 Results: a table on stdout and bench/results/simulator.json (not committed).
 """
@@ -91,7 +91,8 @@ def mean_leftover(runs: Sequence[SeedRun]) -> dict[str, float]:
 
 def print_leftover(rows: list[dict[str, Any]]) -> None:
     """What stays free at the end of each run (mean over seeds), and how much of the shares left no placement of
-    the run's small pods could have filled (`simulator.leftover`): the part of the gap to 100 % no policy closes."""
+    the run's small pods could have filled (`gpupack.simulator.leftover`): the part of the gap to 100 % no policy
+    closes."""
     print(f"\n{'variant':<11} {'policy':<19} {'whole GPUs free':>15} {'shares left':>11} {'of which forced':>15}")
     for r in rows:
         left = r["leftover"]

@@ -1,17 +1,17 @@
 """Research candidates for gpupack's placement score: FGD's integer score with its ties broken on purpose.
 
-FGD's node score `int(100 * sigmoid(-dF / 1000))` (see `simulator.fgd`) leaves many nodes tied, and the reference
-breaks the ties with a random node order. The candidates here keep FGD's score as the primary key and break its
-ties lexicographically, `key = ((fgd_score * span_1 + key_1) * span_2 + key_2) ...`, then by the run's node order,
+FGD's node score `int(100 * sigmoid(-dF / 1000))` (see `gpupack.simulator.fgd`) leaves many nodes tied, and the
+reference breaks the ties with a random node order. The candidates here keep FGD's score as the primary key and break
+its ties lexicographically, `key = ((fgd_score * span_1 + key_1) * span_2 + key_2) ...`, then by the run's node order,
 with secondary keys chosen by the pod's kind (CPU-only, sharing, whole-GPU).
 
 The winner, `k34` below, became gpupack's node order (`extender.packing`, run on the trace by
-`simulator.gpupack`), with one change: there a sharing pod takes the fullest GPU that fits, like the device plugin's
-packed allocation, instead of FGD's best-scoring GPU (it did as well or better).
+`gpupack.simulator.gpupack`), with one change: there a sharing pod takes the fullest GPU that fits, like the device
+plugin's packed allocation, instead of FGD's best-scoring GPU (it did as well or better).
 
 No parameter depends on the trace. Other keys and variants explored (CPU balance, best fit on GPU for GPU pods,
 tighter GPU choice, score resolution, shapes weighted by GPU demand) are registered under their own names in
-`POLICIES_RESEARCH` for reproduction. Built on the `simulator.policy` seam and `simulator.fgd` /
+`POLICIES_RESEARCH` for reproduction. Built on the `gpupack.simulator.policy` seam and `gpupack.simulator.fgd` /
 `extender.fragmentation`.
 """
 
@@ -252,7 +252,8 @@ NOT_EMPTY = Key(not_empty_key, 2)
 
 
 class GpupackMultiKeyPolicy(GpupackPolicy):
-    """gpupack (`simulator.gpupack`) with a tie-breaking key for multi-GPU pods, which gpupack leaves to FGD alone."""
+    """gpupack (`gpupack.simulator.gpupack`) with a tie-breaking key for multi-GPU pods, which gpupack leaves to FGD
+    alone."""
 
     def __init__(self, shapes: TypicalShapes, tiebreak: Ints, key: Key) -> None:
         super().__init__(shapes, tiebreak)
@@ -306,7 +307,7 @@ def _used_fed(ctx: PolicyContext, empty_second: bool = False) -> Key:
 
 POLICIES_RESEARCH: dict[str, PolicyFactory] = {
     "gpupack_lex": gpupack_lex_policy,
-    # Everything below was measured for the report (simulator/research_gpupack.py docstring lists the winner).
+    # Everything below was measured for the report (bench/simulator/research.py docstring lists the winner).
     "fgd_lex": lex_factory(),  # no secondary key: identical to fgd (check of the seam)
     # one key for every pod kind
     "gp_tight": lex_factory(tight_gpu=True),

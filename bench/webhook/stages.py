@@ -12,8 +12,8 @@ Stages, in the order an admission goes through them:
 
 envelope       the body to the AdmissionReview's fields the webhook reads, checked (uid, kind, operation,
                namespace...); the object stays JSON text (`webhook.review.parse_review`)
-pod fields     the object's text to the Pod fields the planner reads, checked and typed (`gpupack.k8s.decode_pod`)
-pod document   the JSON form of those fields, which the patch is built on (`gpupack.k8s.document`)
+pod fields     the object's text to the Pod fields the planner reads, checked and typed (`gpupack.core.k8s.decode_pod`)
+pod document   the JSON form of those fields, which the patch is built on (`gpupack.core.k8s.document`)
 pod bounds     the counts `webhook.bounds` caps, on that document
 pod shape      the pod's shape, the key its decision is kept under (`webhook.mutate.shape_of`)
 decision       `webhook.mutate.plan_pod()`: the document, the bounds and the decision with its patch operations,

@@ -1,7 +1,7 @@
 """What the webhook knows about the cluster beyond the pod: PriorityClasses and the GPU resources nodes offer.
 
 `None` in a field means "not known" (the API was never read): callers fall back to the policy. The reader
-that fills it lives in `gpupack.kube`; this module stays free of the kubernetes client so pure code can use it.
+that fills it lives in `gpupack.core.kube`; this module stays free of the kubernetes client so pure code can use it.
 """
 
 from __future__ import annotations

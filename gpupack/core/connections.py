@@ -157,7 +157,7 @@ class ConnectionGuard:
         """Connections released so far (the memory trimmer watches it)."""
         self._metrics = metrics
         self.awaiting: dict[object, float] = awaiting if awaiting is not None else {}
-        """Request handlers waiting for the rest of a body, and since when (loop time): `gpupack.server.read_body`
+        """Request handlers waiting for the rest of a body, and since when (loop time): `gpupack.core.server.read_body`
         fills it."""
         self._refusals = RateLimit(10.0)
         self.per_peer = max(1, limit // PEER_SHARE)

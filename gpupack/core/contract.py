@@ -1,6 +1,6 @@
 """The names the webhook writes and the extender reads: labels, annotations and extended resources.
 
-This module is the whole contract between the two services (design notes, section 2); both import it and
+This module is the whole contract between the two services (docs/design.md); both import it and
 neither spells one of these strings itself.
 """
 

@@ -4,8 +4,8 @@ kube-scheduler's leader election (`leaderElection` in manifests/extender/schedul
 `coordination.k8s.io/v1` Lease: the leader renews `spec.renewTime` every `retryPeriod` (2 s by default), and the
 Lease is held until `renewTime + leaseDurationSeconds` (15 s by default), after which a standby may take it. A
 pod sent to a scheduler nobody runs stays Pending forever, so the webhook routes pods to it only while that
-deadline, plus a grace, lies ahead. The reader is in `gpupack.kube`, the cache that polls it in
-`gpupack.lease_cache`; between two reads the verdict is one addition and one comparison (`Observation.status`).
+deadline, plus a grace, lies ahead. The reader is in `gpupack.core.kube`, the cache that polls it in
+`gpupack.core.lease_cache`; between two reads the verdict is one addition and one comparison (`Observation.status`).
 
 A Lease that cannot be used (a garbage `renewTime`, a negative duration, wrong JSON types) is never an error
 here: it is a verdict, not live, with a reason that names the field.

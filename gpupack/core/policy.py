@@ -1,8 +1,8 @@
 """The policy cluster admins tune through a ConfigMap: one YAML document, validated here.
 
-Every field has a default, so an empty document is a complete policy for a cluster that follows the guide:
-inference on the smallest MIG slice that fits and never on spot, training on whole GPUs preferring spot,
-batch time-sliced on spot at a low priority. Field names are camelCase on the wire, like Kubernetes objects.
+Every field has a default, so an empty document is a complete policy for a cluster that follows the guide
+(docs/method.md): inference on the smallest MIG slice that fits and never on spot, training on whole GPUs preferring
+spot, batch time-sliced on spot at a low priority. Field names are camelCase on the wire, like Kubernetes objects.
 """
 
 from __future__ import annotations

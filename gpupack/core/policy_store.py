@@ -4,7 +4,7 @@ A bad edit of the ConfigMap must never take admission down or silently change be
 field and the problem, counts the failure, and keeps serving the last good version. That covers a document that
 does not validate, one larger than a ConfigMap holds, a reload to an empty document (`{}` resets to the defaults
 explicitly), and a key that vanished from the mount (a dangling symlink). A reload is parsed in a child
-process (`gpupack.policy_child`), so the event loop keeps answering admissions while a large policy is parsed.
+process (`gpupack.core.policy_child`), so the event loop keeps answering admissions while a large policy is parsed.
 """
 
 from __future__ import annotations

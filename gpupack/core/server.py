@@ -1,7 +1,7 @@
 """Server bootstrap shared by the webhook and the extender: listeners with bounded connections, TLS with live
 certificate reload, a health and metrics listener, bounded request bodies and timeouts, graceful shutdown.
 
-Slow or idle clients are cut off at every stage: the number of connections held (`gpupack.connections`), the TLS
+Slow or idle clients are cut off at every stage: the number of connections held (`gpupack.core.connections`), the TLS
 handshake (`handshake_timeout`), the request headers and idle keep-alive connections (aiohttp's keep-alive
 timer, which partial headers do not reset: `keepalive_timeout`), and the request body (`read_body`).
 
@@ -90,7 +90,7 @@ class ServeOptions:
     keepalive_timeout: float = 75.0
     shutdown_timeout: float = 15.0
     max_connections: int = DEFAULT_LIMIT
-    """Connections each listener holds (see `gpupack.connections`)."""
+    """Connections each listener holds (see `gpupack.core.connections`)."""
     health_host: str = ""
     health_port: int | None = None
     """A second, plain HTTP listener for `/healthz`, `/readyz` and `/metrics` only (None: none): what the kubelet

@@ -1,5 +1,5 @@
-"""The demo's last step, the guide's first: measure. A week of the embedded cluster as the guide's own command
-would have logged it on each node, and the cluster's objects as `kubectl get nodes,pods,pdb -A -o json` prints
+"""The demo's last step, the guide's (docs/method.md) first: measure. A week of the embedded cluster as the guide's own
+command would have logged it on each node, and the cluster's objects as `kubectl get nodes,pods,pdb -A -o json` prints
 them, for `gpupack report` to read offline (no Prometheus, no cluster).
 
     nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,memory.used,memory.total --format=csv -l 300
@@ -7,7 +7,7 @@ them, for `gpupack report` to read offline (no Prometheus, no cluster).
 (`-l 300`, one row per GPU every 5 minutes, keeps the week small; the guide's `-l 5` reads the same.) The week is
 drawn from the pods below, each adding its utilization to the GPUs it holds, inference following a daily curve,
 with a fixed seed: every run writes the same numbers, ending at the minute the demo runs. The nodes are the demo's
-(`demo.cluster.NODES`), and among them are what the report looks for: an idle node with a workload holding whole
+(`gpupack.demo.cluster.NODES`), and among them are what the report looks for: an idle node with a workload holding whole
 GPUs it barely uses, which its PodDisruptionBudget keeps from being removed; an idle node a bare pod keeps; a hot
 training node; an underused spot node running inference; a time-sliced T4 whose memory is held by an idle pod;
 MIG nodes, which nvidia-smi cannot measure (`[N/A]`); and empty nodes.

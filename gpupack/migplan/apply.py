@@ -44,8 +44,8 @@ DEFAULT_OPTIONS = ApplyOptions()
 
 
 class NodeOps(Protocol):
-    """The API calls `apply_plan` needs, as raw JSON (`gpupack.kube.KubeNodeOps` is the real one). Every method
-    raises `gpupack.kube.KubeCallFailed` when the API server answers an error or does not answer."""
+    """The API calls `apply_plan` needs, as raw JSON (`gpupack.core.kube.KubeNodeOps` is the real one). Every method
+    raises `gpupack.core.kube.KubeCallFailed` when the API server answers an error or does not answer."""
 
     def get_node(self, name: str) -> dict[str, Any] | None:
         """The node, or None when it does not exist."""

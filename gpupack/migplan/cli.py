@@ -306,7 +306,7 @@ def output_document(plan: Plan, config_map: dict[str, Any] | None) -> dict[str, 
 
 
 def apply(args: argparse.Namespace, plan: Plan, ops: KubeNodeOps, config_map: dict[str, Any] | None) -> ApplyReport:
-    """Relabel the planned nodes (`migplan.apply`), after checking the MIG manager knows every name."""
+    """Relabel the planned nodes (`gpupack.migplan.apply`), after checking the MIG manager knows every name."""
     from gpupack.core.gpus.stock import CUSTOM_PREFIX
     from gpupack.migplan.apply import ApplyMetrics, apply_plan, write_metrics
     from gpupack.migplan.apply_steps import ApplyOptions, Relabel

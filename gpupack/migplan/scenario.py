@@ -1,6 +1,6 @@
 """mig-plan on a synthetic-day scenario (`--scenario FILE`): its MIG nodes, and the demand of its first hours.
 
-The scenario's Deployments follow their daily curves (`simulator.day_scenario.replicas_at`); one replica of each
+The scenario's Deployments follow their daily curves (`gpupack.simulator.day.scenario.replicas_at`); one replica of each
 is sized by the webhook (`demand.pod_demand`, every profile of the MIG models offered), and the demand is the
 largest total per MIG resource over the steps of the first `hours`: what a planner watching the cluster that long
 would have seen. Training and batch jobs are not counted (the shipped day gives them whole GPUs or time-slices).

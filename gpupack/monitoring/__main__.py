@@ -1,4 +1,4 @@
-"""`python -m monitoring`: regenerate the shipped rule files (see `monitoring.build`)."""
+"""`python -m gpupack.monitoring`: regenerate the shipped rule files (see `gpupack.monitoring.build`)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """The Grafana dashboards "GPU cost" and "gpupack", built in Python as plain JSON models.
 
 `dashboards()` returns them by file stem; `write(directory)` writes `manifests/monitoring/dashboards/*.json`
-(`python -m monitoring.dashboards` does it for the shipped files), which kube-prometheus-stack's sidecar loads from
+(`python -m gpupack.monitoring` does it for the shipped files), which kube-prometheus-stack's sidecar loads from
 ConfigMaps labelled `grafana_dashboard: "1"`. tests/test_monitoring_dashboards.py checks that the shipped files are
 exactly what this module builds, and runs every panel's query against a Prometheus over a planted week.
 
-Panels read gpupack's recording rules where one exists (`gpupack:node_gpu_utilization:avg5m`, ...), so a
-dashboard and an alert judge the same number; the node classes' thresholds come from `monitoring.thresholds`, and
-the spot label from the policy's default (`node-type=spot`, `label_node_type` in kube-state-metrics). As in
-NVIDIA's dcgm-exporter dashboard, a `datasource` variable (type `datasource`, query `prometheus`) feeds every panel
-and query variable, and `node` is a multi-value variable with All, refreshed with the time range.
+Panels read gpupack's recording rules where one exists (`gpupack:node_gpu_utilization:avg5m`, ...), so a dashboard and
+an alert judge the same number; the node classes' thresholds come from `gpupack.monitoring.thresholds`, and the spot
+label from the policy's default (`node-type=spot`, `label_node_type` in kube-state-metrics). As in NVIDIA's
+dcgm-exporter dashboard, a `datasource` variable (type `datasource`, query `prometheus`) feeds every panel and query
+variable, and `node` is a multi-value variable with All, refreshed with the time range.
 
 Plain dicts, not Grafana's grafana-foundation-sdk, after trying the SDK (1769699998!10.1.0 and
 1769699379!11.6.0):
@@ -514,7 +514,8 @@ def gpu_cost() -> JSON:
     ]
     description = (
         "Where GPU money goes: utilization classes per node, requests against capacity, nodes the autoscaler can "
-        "remove, pending GPU pods, MIG capacity, spot and on-demand GPU-hours. Built by monitoring/dashboards.py."
+        "remove, pending GPU pods, MIG capacity, spot and on-demand GPU-hours. Built by "
+        "gpupack/monitoring/dashboards.py."
     )
     return _dashboard("gpupack-gpu-cost", "GPU cost", description, panels, variables, "now-7d")
 
@@ -658,7 +659,7 @@ def gpupack() -> JSON:
     ]
     description = (
         "gpupack's own health: admissions, latency, the extender's verbs and filter reasons, live metrics, the "
-        "policy in force, certificates. Built by monitoring/dashboards.py."
+        "policy in force, certificates. Built by gpupack/monitoring/dashboards.py."
     )
     return _dashboard("gpupack-services", "gpupack", description, panels, [datasource_variable()], "now-6h")
 

@@ -1,5 +1,5 @@
-"""The recording rules and alerts, as data built from `monitoring.thresholds`: pure functions returning the rule
-groups that `monitoring.build` writes as a plain Prometheus rule file and as a PrometheusRule.
+"""The recording rules and alerts, as data built from `gpupack.monitoring.thresholds`: pure functions returning the rule
+groups that `gpupack.monitoring.build` writes as a plain Prometheus rule file and as a PrometheusRule.
 
 Recording rules hold what alerts and dashboards share, each computed from raw series (none reads another
 recording rule), so `promtool tsdb create-blocks-from rules` can backfill any of them:

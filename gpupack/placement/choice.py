@@ -1,10 +1,11 @@
 """kube-scheduler's choice of node for each pending pod, with the gpupack extender or without it: the placement
-step the synthetic day (`simulator.day`) runs every minute and the report's replay (`report.savings`) runs once.
+step the synthetic day (`gpupack.simulator.day.simulate`) runs every minute and the report's replay
+(`gpupack.report.savings`) runs once.
 
 One `Placement` holds the nodes (as `node_from_json` reads them), the bound pods (`extender.state.ClusterState`,
 what the extender's watch would show) and kube-scheduler's static filter results, cached per pod constraints and
 node. For each pod, in the scheduling queue's order, it applies kube-scheduler's own filters (node selector,
-required affinity, taints, a cordoned node, resource fit: `demo.scheduler`), then
+required affinity, taints, a cordoned node, resource fit: `gpupack.placement.scheduler`), then
 
 - with the extender: its verdicts on the nodes left (`extender.verbs.judge`, the function behind `/filter` and
   `/prioritize`) and its 0..10 answers (`extender.score.priorities`);

@@ -1,4 +1,5 @@
-"""A report from one window's usage and the cluster: the summary in the guide's terms, the node table, the findings,
+"""A report from one window's usage and the cluster: the summary in the guide's (docs/method.md) terms, the node table,
+the findings,
 and (when given) the savings and the before/after comparison. Pure: every input is already read."""
 
 from __future__ import annotations

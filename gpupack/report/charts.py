@@ -1,5 +1,5 @@
 """The HTML page's two pictures as PNG bytes: per-node utilization hour by hour, and how the nodes' mean
-utilization is distributed against the guide's thresholds.
+utilization is distributed against the guide's (docs/method.md) thresholds.
 
 Drawn on a bare `Figure` with the Agg canvas, not pyplot: no display, no backend switch and no global figure
 state, so rendering a report never changes how the rest of the process plots. Text is drawn literally

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 WORK_UNIT = "unit of --work-query"
 DEFAULT_WINDOW = "7d"
-"""The guide's: a node under 30 % for a week is in scope."""
+"""The guide's (docs/method.md): a node under 30 % for a week is in scope."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

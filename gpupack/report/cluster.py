@@ -1,5 +1,5 @@
 """The cluster the report judges: nodes, pods, PodDisruptionBudgets and DaemonSets as the API returns them, from
-`kubectl get nodes,pods,pdb,daemonsets -A -o json` or read through the API (`gpupack.kube.read_cluster_objects`).
+`kubectl get nodes,pods,pdb,daemonsets -A -o json` or read through the API (`gpupack.core.kube.KubeClusterObjects`).
 
 Objects stay raw JSON (the findings read a few fields each); this module answers the questions several findings
 ask: which pods run on a node, what a pod requests, which workload owns it, whether a node is spot.

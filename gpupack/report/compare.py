@@ -1,4 +1,4 @@
-"""Before and after: the guide's two numbers for each window, and whether the change worked.
+"""Before and after: the guide's (docs/method.md) two numbers for each window, and whether the change worked.
 
 The numbers: the mean utilization of the GPUs in use (a GPU above IN_USE percent, or one the exporter maps a pod
 to), and GPU-hours and GPU nodes per unit of work. The default unit of work is the busy GPU-hour (each GPU's

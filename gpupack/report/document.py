@@ -1,4 +1,4 @@
-"""The report as data: findings, the per-node table, the summary in the guide's terms, savings and the
+"""The report as data: findings, the per-node table, the summary in the guide's (docs/method.md) terms, savings and the
 before/after comparison. Renderers (terminal, JSON, HTML) only format this; nothing here queries anything.
 
 Every finding has a stable `kind` (admins grep for it and alert on it), a `severity`, what it concerns (node, GPU,

@@ -1,4 +1,5 @@
-"""Usage from nvidia-smi CSV logs, for clusters without DCGM: what the guide's own command writes on each node.
+"""Usage from nvidia-smi CSV logs, for clusters without DCGM: what the guide's (docs/method.md) own command writes on
+each node.
 
     nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,memory.total --format=csv -l 5 > NODE.csv
 

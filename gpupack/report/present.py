@@ -118,7 +118,7 @@ def concerns(f: Finding) -> list[str]:
 
 
 def summary_rows(report: Report) -> list[tuple[str, str]]:
-    """The summary in the guide's terms, as (label, value)."""
+    """The summary in the guide's (docs/method.md) terms, as (label, value)."""
     s, t = report.summary, report.thresholds
     idle = number(s.idle_gpu_hours)
     if s.idle_cost is not None:

@@ -5,7 +5,7 @@ Nine queries per report, only through the HTTP query API (`/api/v1/query`, `/api
 (`parallel`): per series over the window, the mean of `DCGM_FI_DEV_GPU_UTIL` (whole GPUs) and its 95th percentile,
 the mean of `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (whole GPUs and MIG instances), the mean and the max of
 `DCGM_FI_DEV_FB_USED`, its sample count (each series' weight), the framebuffer's size (`FB_USED + FB_FREE`), the
-held-idle fraction on a grid; and per node its hourly means (a range query, 1 h step). `report.promql` says why
+held-idle fraction on a grid; and per node its hourly means (a range query, 1 h step). `gpupack.report.promql` says why
 each is shaped as it is. A GPU with both GPU_UTIL and engine activity gets both: GPU_UTIL counts the time any
 kernel runs, so it overstates use.
 
@@ -133,7 +133,7 @@ def present(found: Iterable[GpuUsage], by_hour: Mapping[str, Sequence[float | No
 
 
 class PrometheusUsage:
-    """`report.sources.UsageSource` over Prometheus's HTTP query API, through prometheus-api-client."""
+    """`gpupack.report.sources.UsageSource` over Prometheus's HTTP query API, through prometheus-api-client."""
 
     def __init__(
         self,

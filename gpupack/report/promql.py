@@ -1,4 +1,4 @@
-"""The PromQL `report.prometheus` sends: pure functions of the window, the metric and the thresholds.
+"""The PromQL `gpupack.report.prometheus` sends: pure functions of the window, the metric and the thresholds.
 
 Every query aggregates where the samples are, so what comes back is a number per series or per node-hour, never
 samples. What each costs decided its shape (Prometheus 2.42, a week of 500 nodes at 1 min, one core):
@@ -10,7 +10,7 @@ samples. What each costs decided its shape (Prometheus 2.42, a week of 500 nodes
 - Anything evaluated per step (a subquery's or a range query's) costs about 1 us per series and operation at
   every step: the held-idle condition over 480 GPUs on a 60 s grid took 28 s. Only held-idle, which must be
   decided sample by sample (memory held while compute is idle at the same moment), is a subquery, per series
-  (no grouping, no relabelling), on a grid the caller widens with the cluster (`report.prometheus.held_step`);
+  (no grouping, no relabelling), on a grid the caller widens with the cluster (`gpupack.report.prometheus.held_step`);
   the hourly heatmap groups as early as it can, since its 168 steps a week each see every series.
 - Per-series numbers come back with the series' labels, and the GPU's number is combined from its series in
   Python (a pod change starts a new series; `gpupack.core.dcgm.node_of` names the node, so an exporter upgraded past
@@ -104,7 +104,7 @@ def hourly(metric: UtilizationMetric, node_label: str | None, profiles: Iterable
     """Per node and hour, the mean over its GPUs of their utilization under `metric`, percent: a whole GPU's
     GPU_UTIL or engine activity (the other standing in where it is missing, when `fallback`: a whole GPU was seen
     with one and not the other), a MIG GPU's instances of `profiles` folded by `gpupack.core.dcgm.fold_promql`.
-    A GPU reported whole as well keeps the whole number, as `report.usage.fold_mig` does. A GPU-hour that is
+    A GPU reported whole as well keeps the whole number, as `gpupack.report.usage.fold_mig` does. A GPU-hour that is
     not a number (a NaN sample) is left out.
 
     Rows are per `node_label`, or per (`Hostname`, `hostname`): `node_of` picks the node from them, and a node

@@ -1,4 +1,4 @@
-"""`gpupack report` in the terminal: rich panels and tables in the order `report.present` decides, and the
+"""`gpupack report` in the terminal: rich panels and tables in the order `gpupack.report.present` decides, and the
 progress bar shown while the sources are queried.
 
 Every string from the cluster (node, pod and workload names, actions) goes in as `rich.text.Text`, never as
@@ -117,7 +117,7 @@ def _no_progress(what: str, done: int, total: int) -> None:
 
 @contextmanager
 def query_progress(console: Console, *, json_output: bool = False) -> Iterator[SourceProgress]:
-    """A `report.sources.Progress` callback drawing one bar on `console` while the `with` block runs (pass the
+    """A `gpupack.report.sources.Progress` callback drawing one bar on `console` while the `with` block runs (pass the
     standard error console, so standard output holds only the report), or a no-op when `console` is not a
     terminal or the output is JSON. The bar is transient and refreshed on each call, with no refresh thread,
     so it leaves nothing behind and draws exactly what the source reported."""

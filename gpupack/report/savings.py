@@ -1,19 +1,18 @@
 """What gpupack would do with the cluster as it is: its GPU pods replayed through the webhook's `plan()` and the
-extender's placement (`simulator.placement`, the synthetic day's own step) on its GPU nodes, giving the nodes they
+extender's placement (`gpupack.placement.choice`, the synthetic day's own step) on its GPU nodes, giving the nodes they
 would need and the nodes Cluster Autoscaler could then remove.
 
-The replay admits each GPU pod (running or pending; not DaemonSet pods, which run on every node anyway) as its
-developer would write it after following the report's advice: the pod as stored, unbound, with the labels the
-`oversized-workload` finding names (`report.findings.sizing.resizes`) and without the whole GPUs they replace.
-Every pod then goes through the webhook's `plan()` in enforce mode (the replay shows what gpupack would do, also
-when the shipped policy audits), so a pod without gpupack labels keeps what it asks. The pods are placed in the
-scheduling queue's order (priority, then creation time) on the GPU nodes by kube-scheduler's filters and the
-extender's verdicts under the policy's scoring, one at a time, each pod seeing the utilization the pods placed
-before it bring (`Placement.live`, the synthetic day's DCGM model): a pod's work is what the window measured of
-it (`pod_work`), so the extender's hot filter and utilization scores see the load moving. What the replay gives
-each node is then checked against what its GPUs can do: `overloaded` names the nodes given more work than GPUs,
-where the saving is not real, and `util_after` is the guide's "after" number, the mean utilization of the GPUs
-in use.
+The replay admits each GPU pod (running or pending; not DaemonSet pods, which run on every node anyway) as its developer
+would write it after following the report's advice: the pod as stored, unbound, with the labels the `oversized-workload`
+finding names (`gpupack.report.findings.sizing.resizes`) and without the whole GPUs they replace. Every pod then goes
+through the webhook's `plan()` in enforce mode (the replay shows what gpupack would do, also when the shipped policy
+audits), so a pod without gpupack labels keeps what it asks. The pods are placed in the scheduling queue's order
+(priority, then creation time) on the GPU nodes by kube-scheduler's filters and the extender's verdicts under the
+policy's scoring, one at a time, each pod seeing the utilization the pods placed before it bring (`Placement.live`, the
+synthetic day's DCGM model): a pod's work is what the window measured of it (`pod_work`), so the extender's hot filter
+and utilization scores see the load moving. What the replay gives each node is then checked against what its GPUs can
+do: `overloaded` names the nodes given more work than GPUs, where the saving is not real, and `util_after` is the
+guide's (docs/method.md) "after" number, the mean utilization of the GPUs in use.
 
 Not replayed: pods without GPUs on the GPU nodes (they would move to CPU nodes), and what keeps a node from being
 removed (`scale-down-blocker` findings say that). Pods the webhook denies keep their stored form.
@@ -49,7 +48,7 @@ from gpupack.webhook.patches import apply_patch
 
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """One pod of the replay, as `simulator.placement` reads it."""
+    """One pod of the replay, as `gpupack.placement.choice` reads it."""
 
     pod: dict[str, Any]
     demand: PodDemand

@@ -1,5 +1,5 @@
-"""Where a window's usage comes from: a Protocol the report calls once per window (`report.prometheus`,
-`report.nvidia_smi` implement it)."""
+"""Where a window's usage comes from: a Protocol the report calls once per window (`gpupack.report.prometheus`,
+`gpupack.report.nvidia_smi` implement it)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Units: utilization and engine activity in percent (0-100), memory in MiB, times 
 value is None when the source had nothing for it (DCGM reports no `GPU_UTIL` for MIG instances; nvidia-smi no
 engine activity), never a made-up zero.
 
-Which number classifies a GPU is a setting (`UtilizationMetric`): `gpu-util` (the guide's
+Which number classifies a GPU is a setting (`UtilizationMetric`): `gpu-util` (the guide's (docs/method.md)
 `DCGM_FI_DEV_GPU_UTIL`, the default) or `engine-active` (`DCGM_FI_PROF_GR_ENGINE_ACTIVE`). GPU_UTIL counts the
 time any kernel runs, so it overstates use (a real T4 read 91 % GPU_UTIL at 0.156 engine activity); where a
 GPU has no GPU_UTIL (MIG) its engine activity stands in, whatever the setting.

@@ -1,5 +1,5 @@
 """Trace-driven simulator of GPU placement: the published protocol of the FGD paper and its baselines.
 
-Entry points: `load_workload()` and `simulate()` in `simulator.run`; policies by name in
-`simulator.policies.POLICIES`.
+Entry points: `load_workload()` and `simulate()` in `gpupack.simulator.run`; policies by name in
+`gpupack.simulator.policies.POLICIES`.
 """

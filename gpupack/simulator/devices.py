@@ -2,7 +2,7 @@
 
 Whole-GPU pods take the lowest-indexed fully free GPUs. A sharing pod takes, by default, the tightest GPU that
 still fits ("best fit": the fullest one, like the device plugin's packed policy), lowest index on ties; the Random
-baseline takes a uniformly random fitting GPU. FGD chooses its own GPU (see `simulator.fgd`).
+baseline takes a uniformly random fitting GPU. FGD chooses its own GPU (see `gpupack.simulator.fgd`).
 """
 
 from __future__ import annotations

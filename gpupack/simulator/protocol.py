@@ -8,8 +8,8 @@
    by removing random pods until it is not (`tuneDownPods`).
 3. Pods arrive one at a time and never leave. A pod that fits nowhere fails; its demand still counts as arrived.
 4. After each arrival: the allocation ratio; near the report points also the frag ratio and idle nodes
-   (`simulator.metrics`). At the end: what stayed free and how much of it the pod sizes forced
-   (`simulator.leftover`).
+   (`gpupack.simulator.metrics`). At the end: what stayed free and how much of it the pod sizes forced
+   (`gpupack.simulator.leftover`).
 
 One numpy Generator per run supplies, in this order, the shuffle, the clones, the node tie order and the
 policy's own draws (the authors use one seeded math/rand stream the same way).
@@ -82,7 +82,7 @@ class SeedRun:
     failed: int
     at: dict[int, PointMetrics | None]
     leftover: Leftover
-    """What stayed free at the end, and how much of it the pod sizes forced (`simulator.leftover`)."""
+    """What stayed free at the end, and how much of it the pod sizes forced (`gpupack.simulator.leftover`)."""
 
 
 def run_protocol(

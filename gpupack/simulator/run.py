@@ -62,10 +62,10 @@ def load_workload(
     variant: str = "default", trace_dir: Path | None = None, node_list: str = DEFAULT_NODE_LIST
 ) -> Workload:
     """Read a pod-list variant and the node list from the trace directory (default: the shared copy); a
-    `simulator.variants.STRESS` name is generated from the default list."""
+    `gpupack.simulator.variants.STRESS` name is generated from the default list."""
     directory = trace_dir or default_trace_dir()
     nodes = read_nodes(directory / node_list)
-    if variant in STRESS:  # generated from the default list on the fly (`simulator.variants`)
+    if variant in STRESS:  # generated from the default list on the fly (`gpupack.simulator.variants`)
         pods = generate(read_pods(pod_list_path(directory, "default")), nodes, STRESS[variant], directory)
         return make_workload(variant, nodes, pods)
     return make_workload(variant, nodes, read_pods(pod_list_path(directory, variant)))

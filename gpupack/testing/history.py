@@ -3,7 +3,7 @@ and MIG instances whose values are functions of time, backfilled with `promtool 
 openmetrics`, and a `prometheus` started over the TSDB. Shared by tests/test_report_prometheus.py (a week of a few
 nodes at 5 min) and bench.report (a week of 500 nodes at 1 min).
 
-The series are the exporter's (`extender.dcgm_text.series_labels`): a pod change starts a new series, an
+The series are the exporter's (`gpupack.testing.dcgm.series_labels`): a pod change starts a new series, an
 exporter upgraded past dcgm-exporter #655 switches `Hostname` to `hostname`, and a node scraped through a
 ServiceMonitor carries the target's labels with the exporter's colliding ones renamed `exported_*`, as Prometheus
 does with honor_labels false. OpenMetrics wants each family's lines together and each series' samples in time

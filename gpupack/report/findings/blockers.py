@@ -1,7 +1,7 @@
 """What keeps Cluster Autoscaler from removing an idle or underused GPU node, in CA's own reason names.
 
-The rules are CA's drain rules (kubernetes/autoscaler `utils/drain`, `simulator`; design notes section 7), pod by
-pod: mirror pods, DaemonSet pods, finished pods and pods below the expendable priority cutoff never block; a pod
+The rules are CA's drain rules (kubernetes/autoscaler `utils/drain`, `simulator`; docs/platform/cluster-autoscaler.md),
+pod by pod: mirror pods, DaemonSet pods, finished pods and pods below the expendable priority cutoff never block; a pod
 annotated `safe-to-evict: "true"` never blocks; otherwise, in CA's order,
 
     NotSafeToEvictAnnotation   annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`
@@ -11,8 +11,8 @@ annotated `safe-to-evict: "true"` never blocks; otherwise, in CA's order,
                                `cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes`
     NotEnoughPdb               a PodDisruptionBudget that covers it allows no disruption now
 
-and for the node, `ScaleDownDisabledAnnotation`. Two more the guide names: `no-requests` (a pod without CPU or
-memory requests: the autoscaler cannot judge the node), and DaemonSet pods with requests, which count toward the
+and for the node, `ScaleDownDisabledAnnotation`. Two more the guide (docs/method.md) names: `no-requests` (a pod without
+CPU or memory requests: the autoscaler cannot judge the node), and DaemonSet pods with requests, which count toward the
 node's utilization unless CA runs with `--ignore-daemonsets-utilization`.
 """
 

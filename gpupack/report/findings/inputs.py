@@ -38,7 +38,7 @@ class Inputs:
 
     @cached_property
     def classes(self) -> dict[str, NodeClass]:
-        """Per node, the guide's class by its mean utilization."""
+        """Per node, the guide's (docs/method.md) class by its mean utilization."""
         return {name: self.thresholds.node_class(node.util_mean) for name, node in self.nodes.items()}
 
     def spot(self, node: str) -> bool:

@@ -1,4 +1,5 @@
-"""Memory: GPUs whose framebuffer is held while their compute idles (the guide's second signal), and MIG instances
+"""Memory: GPUs whose framebuffer is held while their compute idles (the guide's (docs/method.md) second signal), and
+MIG instances
 whose framebuffer use nears their profile's memory (the guide's pitfall 1: a slice too small for the model)."""
 
 from __future__ import annotations

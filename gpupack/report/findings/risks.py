@@ -1,5 +1,6 @@
 """Pods where sharing or spot puts them at risk: latency-critical or unlabelled inference on time-sliced GPUs
-(the guide's pitfall 3: a neighbour's kernels slow it), and inference or StatefulSet pods on spot nodes (the
+(the guide's (docs/method.md) pitfall 3: a neighbour's kernels slow it), and inference or StatefulSet pods on spot nodes
+(the
 guide's warning: an interruption takes a service down or loses state)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Idle, underused and hot nodes by the guide's thresholds, nodes with no utilization to judge
+"""Idle, underused and hot nodes by the guide's (docs/method.md) thresholds, nodes with no utilization to judge
 (`unmeasured-node`), and GPUs that look busy by GPU_UTIL while their engine is mostly idle (`light-kernels`)."""
 
 from __future__ import annotations

@@ -221,7 +221,7 @@ def job_pod(jobs: Jobs, kind: str, ordinal: int, gpus: int) -> dict[str, Any]:
 
 def without_gpupack(raw: dict[str, Any]) -> dict[str, Any]:
     """The pod the same developer writes when the cluster has no gpupack: the `gpupack.io/*` labels (which nothing
-    would read) become what the guide's "before" pod asks, whole GPUs and nothing else.
+    would read) become what the guide's (docs/method.md) "before" pod asks, whole GPUs and nothing else.
 
     `nvidia.com/gpu` is given as a limit, the device plugin's documented form (the API server copies an extended
     resource's limit to its request); the count is the `gpupack.io/gpus` label, else 1. No CPU or memory

@@ -7,12 +7,12 @@ ask for, not only where they fit. The numbers are `DayResult.summary()`'s, taken
 
 The target: fewer GPU nodes at peak than the best single stock layout, with no more pending pod-minutes.
 
-Reading the numbers: the webhook picks the smallest profile that *some* node advertises, cluster-wide, so one
-node offering 1g.10gb sends every 8Gi replica to 1g.10gb and other nodes' 2g.10gb stay idle; a per-node plan
-must hold each chosen profile's whole demand. GPU nodes count every pool, and the H100 and T4 pools' share can
-move by a node between candidates (ties are broken from one random stream, which MIG placements also draw
-from). GPUs in use, hence GPU-hours, are `demo.report.gpus_in_use`'s estimate, which assumes all GPUs of a node
-hold the same layout: approximate for a node whose GPUs differ.
+Reading the numbers: the webhook picks the smallest profile that *some* node advertises, cluster-wide, so one node
+offering 1g.10gb sends every 8Gi replica to 1g.10gb and other nodes' 2g.10gb stay idle; a per-node plan must hold each
+chosen profile's whole demand. GPU nodes count every pool, and the H100 and T4 pools' share can move by a node between
+candidates (ties are broken from one random stream, which MIG placements also draw from). GPUs in use, hence GPU-hours,
+are `gpupack.placement.accounting.gpus_in_use`'s estimate, which assumes all GPUs of a node hold the same layout:
+approximate for a node whose GPUs differ.
 
     results = compare_layouts(scenario, {**stock_candidates(), "planned": planned}, jobs=2)
     print(render_table(results))
@@ -98,7 +98,7 @@ def compare_layouts(scenario: Scenario, candidates: Mapping[str, Candidate], job
     one).
 
     Every run is a pure function of (scenario, layouts), so forked workers give the serial numbers (as
-    `simulator.run.simulate` does, the scenario and candidates are inherited at fork). Stock names are checked
+    `gpupack.simulator.run.simulate` does, the scenario and candidates are inherited at fork). Stock names are checked
     before anything runs; a per-node mapping's ScenarioError comes from its run.
     """
     if jobs < 1:

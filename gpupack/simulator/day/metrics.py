@@ -1,9 +1,11 @@
-"""What the synthetic day measures, with the guide's definitions, and the before/after comparison.
+"""What the synthetic day measures, with the guide's (docs/method.md) definitions, and the before/after comparison.
 
 Per measured step (its state after scheduling holds for the whole step):
-- GPUs in use: `demo.report.gpus_in_use` per node, the device plugin's packing of the requested resources;
-- busy GPUs: sum over bound pods of utilization x GPUs' worth held (a MIG slice is its memory slices / 8, a
-  time-sliced replica 1 / replicas), so mean utilization of the GPUs in use = busy / in use, time-weighted;
+- GPUs in use: `gpupack.placement.accounting.gpus_in_use` per node, the device plugin's packing of the requested
+  resources;
+- busy GPUs: sum over bound pods of utilization x GPUs' worth held (a MIG slice is its share of its GPU's memory
+  slices, `gpupack.core.gpus.catalog.memory_share`; a time-sliced replica 1 / replicas), so mean utilization of
+  the GPUs in use = busy / in use, time-weighted;
 - GPU nodes needed: nodes with any GPU requested;
 - pending pods: created but not bound after the step's scheduling.
 A node empty (no GPU requested) for `emptyMinutes` in a row is what Cluster Autoscaler removes with

@@ -59,7 +59,8 @@ class NodeGroup(_Model):
     mig_layout: str | list[dict[str, int]] | None = None
     """MIG layout (a100-mig only): a mig-parted stock name that applies to the A100-40GB (default `all-balanced`:
     per GPU 2x 1g.5gb, 1x 2g.10gb, 1x 3g.20gb), or one `{profile: count}` per GPU of the node, each a set of
-    instances one GPU can hold (`migplan.geometry.check`): what a planner's custom mig-parted config creates."""
+    instances one GPU can hold (`gpupack.core.gpus.geometry.check`): what a planner's custom mig-parted config
+    creates."""
     mig_config: str | None = Field(default=None, max_length=63, pattern=LABEL_VALUE)
     """The `nvidia.com/mig.config` label of an explicit `migLayout` list (the custom config's name); absent: the
     stock name the list amounts to, else one generated from its content."""

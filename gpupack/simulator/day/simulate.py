@@ -1,4 +1,4 @@
-"""The guide's before/after check on a synthetic day: the demo's pipeline, in-process and time-stepped.
+"""The guide's (docs/method.md) before/after check on a synthetic day: the demo's pipeline, in-process and time-stepped.
 
 Every step (one minute by default): Deployments scale to their daily curve (new replicas are created; scaled-down
 replicas are deleted newest first), training and batch jobs arrive and finish, then each pending pod is scheduled
@@ -8,7 +8,7 @@ meter, and differ in two things only, how a pod is created and how kube-schedule
 - `none`, the cluster without gpupack: pods as developers write them without it (`without_gpupack`: whole GPUs,
   no CPU or memory requests, no spot toleration, no PriorityClass) on the same machines with MIG and
   time-slicing off (`cluster_nodes(partitioned=False)`: every GPU advertised whole), no webhook;
-  kube-scheduler alone, its own filters (`demo.scheduler`) and LeastAllocated (`extender.score.spread`, the
+  kube-scheduler alone, its own filters (`gpupack.placement.scheduler`) and LeastAllocated (`extender.score.spread`, the
   function the `spread` run's extender answers with), no extender filter and no live utilization: nothing of
   gpupack is called.
 - `spread` and `gpupack`: every pod admitted by the webhook's `plan()`; kube-scheduler's filters, then the
@@ -26,7 +26,7 @@ Ties are broken at random like kube-scheduler's `selectHost`.
 `gpupack simulate --scenario FILE [--scale F] [--hours H] [--json] [--plot FILE]` prints the comparison.
 Not modelled: preemption, spot interruptions, Cluster Autoscaler actually removing or adding nodes (removable
 node-hours are what it could save, measured on the fixed cluster), GPU choice inside a node (GPUs in use are
-`demo.report.gpus_in_use`'s device-plugin packing estimate).
+`gpupack.placement.accounting.gpus_in_use`'s device-plugin packing estimate).
 """
 
 from __future__ import annotations
