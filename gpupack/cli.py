@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from gpupack import __version__
 from gpupack.certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
 from gpupack.core import logs
 from gpupack.core.argtypes import dns_name, port, positive_float, positive_int
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n")[1] if __doc__ else None,
     )
+    parser.add_argument("--version", action="version", version=f"gpupack {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

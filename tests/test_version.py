@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -58,3 +59,11 @@ def test_every_gpupack_image_is_tagged_with_the_package_version(folder: str) -> 
     ours = [image for image in rendered_images(ROOT / folder) if image.partition(":")[0] == IMAGE]
     assert ours, f"{folder} renders no {IMAGE} container"
     assert set(ours) == {f"{IMAGE}:{DECLARED}"}
+
+
+def test_the_command_prints_its_version() -> None:
+    """Through the real entry point, as `gpupack --version` runs it: the version and nothing else, exit 0."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gpupack", "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"gpupack {DECLARED}\n", "")
