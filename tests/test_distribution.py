@@ -1,12 +1,19 @@
-"""What is shipped: the image copies the folders the package is built from (gpupack/ and the top-level folders
-its symlinks point at), and the package carries the Apache License its metadata names."""
+"""What is shipped: the wheel claims the one name `gpupack` in site-packages, is built from the folders the
+Dockerfile copies (gpupack/ and the top-level folders its symlinks point at), and carries the Apache License."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
+from email.parser import Parser
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -59,3 +66,60 @@ def test_the_image_copies_every_folder_the_wheel_is_built_from() -> None:
 def test_the_license_is_the_apache_license_verbatim() -> None:
     assert hashlib.sha256((ROOT / "LICENSE").read_bytes()).hexdigest() == APACHE_2_0_SHA256
     assert (PROJECT["project"]["license"], PROJECT["project"]["license-files"]) == ("Apache-2.0", ["LICENSE"])
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """The wheel `pip wheel` builds from a copy of what the Dockerfile copies (no build/ or egg-info left over
+    from the working tree can slip into it, and what the image builds from is shown to suffice)."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "src"
+    for name in sorted(wheel_folders()):
+        shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in BESIDE:
+        shutil.copy2(ROOT / name, source / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(work / "dist"), str(source)],
+        check=True,
+        capture_output=True,
+        timeout=280,
+    )
+    (built,) = (work / "dist").glob("gpupack-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def dist_info(wheel: zipfile.ZipFile) -> str:
+    (folder,) = {n.split("/")[0] for n in wheel.namelist() if n.split("/")[0].endswith(".dist-info")}
+    return folder
+
+
+BUILDS = pytest.mark.timeout(300)
+"""For the tests that use the wheel: the first builds it, in an isolated environment pip installs setuptools into."""
+
+
+@BUILDS
+def test_the_wheel_claims_one_name_in_site_packages(wheel: zipfile.ZipFile) -> None:
+    info = dist_info(wheel)
+    top_level = {n.split("/")[0] for n in wheel.namelist()} - {info}
+    assert top_level == {"gpupack"}
+    declared = wheel.read(f"{info}/top_level.txt").decode().split()
+    assert declared == ["gpupack"]
+
+
+@BUILDS
+def test_the_wheel_holds_the_linked_packages_as_files(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for folder in sorted(wheel_folders() - {"gpupack"}):
+        assert f"gpupack/{folder}/__init__.py" in names
+    symlinks = [i.filename for i in wheel.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
+    assert symlinks == []
+
+
+@BUILDS
+def test_the_wheel_carries_the_license_and_the_core_dependencies(wheel: zipfile.ZipFile) -> None:
+    info = dist_info(wheel)
+    assert wheel.read(f"{info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+    metadata = Parser().parsestr(wheel.read(f"{info}/METADATA").decode())
+    assert metadata["License-Expression"] == "Apache-2.0"
+    core = [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    assert sorted(core) == sorted(PROJECT["project"]["dependencies"])
