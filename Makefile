@@ -81,4 +81,4 @@ bench-report: $(VENV)/.test-deps system-deps
 	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report
 
 clean:
-	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache
