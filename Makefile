@@ -15,12 +15,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The demo prints a report, so it needs the report extra (the core alone is what the services need).
 $(VENV)/.run-deps: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[report]'
 	touch $@
 
+# test: every extra and the test libraries; dev: the linters and mypy.
 $(VENV)/.test-deps: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,dev]'
 	touch $@ $(VENV)/.run-deps
 
 run: $(VENV)/.run-deps
@@ -79,4 +81,4 @@ bench-report: $(VENV)/.test-deps system-deps
 	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report
 
 clean:
-	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache

@@ -9,13 +9,14 @@
     gpupack mig-plan  choose MIG layouts from demand and apply them one idle node at a time
     gpupack demo      the embedded demo behind `make run` (no cluster needed)
 
-Exit codes: 0 success, 1 a previewed pod is denied, 2 bad input or configuration.
+Exit codes: 0 success, 1 a previewed pod is denied, 2 bad input or configuration, or a missing extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from gpupack import __version__
 from gpupack.certs.issue import KeyPair, ca_bundle, issue_ca, issue_serving_cert, webhook_sans, write_pair
 from gpupack.core import logs
 from gpupack.core.argtypes import dns_name, port, positive_float, positive_int
@@ -32,6 +34,28 @@ from gpupack.core.policy import PolicyError
 
 if TYPE_CHECKING:
     from gpupack.core.server import ServeOptions
+
+EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "report": ("report", ("matplotlib", "rich")),
+    "demo": ("report", ("matplotlib", "rich")),
+    "simulate": ("simulate", ("matplotlib", "rich")),
+    "mig-plan": ("migplan", ("scipy",)),
+}
+"""Command -> (the extra of pyproject.toml it needs, the libraries that extra installs). The services (webhook,
+extender, certs, mutate) need none: their image installs the package without extras, so these stay out of it."""
+
+
+class MissingExtraError(ValueError):
+    """A command's libraries are not installed: the install left out the extra that brings them."""
+
+
+def check_extra(command: str) -> None:
+    """Refuse a command whose extra is missing before it does any work: the libraries are imported where they
+    draw or solve, which for a plot or the demo's report is after minutes of work, and as a traceback."""
+    extra, libraries = EXTRAS.get(command, ("", ()))
+    missing = [name for name in libraries if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtraError(f"needs {' and '.join(missing)}, not installed: pip install 'gpupack[{extra}]'")
 
 
 def _listener_flags(parser: argparse.ArgumentParser, host: str, default_port: int, host_help: str) -> None:
@@ -64,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n")[1] if __doc__ else None,
     )
+    parser.add_argument("--version", action="version", version=f"gpupack {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -373,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _cmd_demo,
     }
     try:
+        check_extra(args.command)
         return commands[args.command](args)
     except (PolicyError, OSError, ValueError) as exc:
         print(f"gpupack {args.command}: {exc}", file=sys.stderr)

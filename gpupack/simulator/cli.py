@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
 from gpupack.simulator.policies import POLICIES
 from gpupack.simulator.report import plot, table
 from gpupack.simulator.run import Progress as RunProgress
@@ -58,6 +56,9 @@ def check_plot_path(path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the simulation; 2 when the trace cannot be read."""
+    # rich is in the simulate extra: imported here, since `mig-plan --compare` imports this module without it.
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     check_flags(args)
     trace_dir = args.trace or default_trace_dir()
     variant = args.variant or "default"
