@@ -16,7 +16,8 @@ import yaml
 import gpupack
 from tests.conftest import ROOT
 
-IMAGE = "ghcr.io/gpupack/gpupack"
+IMAGES = ("ghcr.io/gpupack/gpupack", "ghcr.io/gpupack/gpupack-tools")
+"""The services' image and the tools' (the Dockerfile's default and `tools` targets)."""
 DECLARED = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -56,9 +57,18 @@ def test_a_source_tree_never_installed_reads_pyproject(monkeypatch: pytest.Monke
 def test_every_gpupack_image_is_tagged_with_the_package_version(folder: str) -> None:
     """The tag is written once per kustomization (`images:`), not in each object; a release that bumps
     pyproject.toml and forgets a kustomization, or an object that pins its own tag, fails here."""
-    ours = [image for image in rendered_images(ROOT / folder) if image.partition(":")[0] == IMAGE]
-    assert ours, f"{folder} renders no {IMAGE} container"
-    assert set(ours) == {f"{IMAGE}:{DECLARED}"}
+    ours = [image for image in rendered_images(ROOT / folder) if image.partition(":")[0] in IMAGES]
+    assert ours, f"{folder} renders no gpupack container"
+    assert {image.partition(":")[2] for image in ours} == {DECLARED}
+
+
+def test_the_mig_plan_job_runs_the_tools_image_which_has_the_solver() -> None:
+    """`gpupack mig-plan` needs scipy, which the services' image leaves out: the Job names the image the
+    Dockerfile's `tools` target builds, and that target installs the migplan extra."""
+    assert rendered_images(ROOT / "manifests/mig-plan") == [f"{IMAGES[1]}:{DECLARED}"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "AS tools" in dockerfile and "migplan" in dockerfile.split("AS tools")[0].split("AS build")[1]
+    assert dockerfile.rstrip().split("FROM ")[-1].startswith("python:3.11-slim AS service")  # the default target
 
 
 def test_the_command_prints_its_version() -> None:
