@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpupack.core import contract, yamldoc
+from gpupack.core import contract, dcgm, yamldoc
 from gpupack.core.gpus.catalog import CATALOG, DEFAULT_MIG_GPUS
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.core.thresholds import DEFAULT as THRESHOLDS
@@ -237,13 +237,13 @@ class MetricsPolicy(_Model):
     """Series label that holds the node name; null tries `Hostname`, then `hostname` (dcgm-exporter renamed it)."""
     window: str = Field(default="5m", pattern=_PROM_DURATION)
     """Averaging window substituted for `{window}` in the queries."""
-    gpu_util_query: str = "avg_over_time(DCGM_FI_DEV_GPU_UTIL[{window}])"
+    gpu_util_query: str = f"avg_over_time({dcgm.GPU_UTIL}[{{window}}])"
     """Whole-GPU utilization, 0-100 (not reported for MIG instances)."""
-    mig_active_query: str = "avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[{window}])"
+    mig_active_query: str = f"avg_over_time({dcgm.GR_ENGINE_ACTIVE}[{{window}}])"
     """Graphics engine activity of MIG instances (and whole GPUs), 0-1."""
-    fb_used_query: str = "DCGM_FI_DEV_FB_USED"
+    fb_used_query: str = dcgm.FB_USED
     """Framebuffer memory used, MiB."""
-    fb_free_query: str = "DCGM_FI_DEV_FB_FREE"
+    fb_free_query: str = dcgm.FB_FREE
     """Framebuffer memory free, MiB."""
     poll_seconds: float = Field(default=15.0, gt=0, le=3600)
     """Period of the background read (never on the request path)."""

@@ -15,7 +15,14 @@ from typing import Any
 
 from gpupack.core.admitted import admitted_pod
 from gpupack.core.gpus.catalog import MODELS
-from gpupack.core.objects import GFD_MIG_STRATEGY, GFD_REPLICAS, GFD_SHARING_STRATEGY, MIG_CONFIG, gfd_labels
+from gpupack.core.objects import (
+    GFD_MIG_STRATEGY,
+    GFD_REPLICAS,
+    GFD_SHARING_STRATEGY,
+    MIG_CONFIG,
+    STATEFULSET,
+    gfd_labels,
+)
 from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Workload
 from gpupack.testing.dcgm import Node as ExporterNode
 
@@ -201,7 +208,7 @@ SUBMITTED: list[Submitted] = [
     Submitted(
         "StatefulSet inference pod",
         M,
-        _p("vector-db-0", {"workload": "inference", "gpu-memory": "20Gi"}, owner="StatefulSet"),
+        _p("vector-db-0", {"workload": "inference", "gpu-memory": "20Gi"}, owner=STATEFULSET),
         0.20,
     ),
     Submitted(

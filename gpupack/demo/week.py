@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from gpupack.core.objects import GFD_COUNT
 from gpupack.demo.cluster import NODES, SPOT
 
 STEP_SECONDS = 300
@@ -119,7 +120,7 @@ def _family(node: dict[str, Any]) -> str:
 
 
 def _gpu_count(node: dict[str, Any]) -> int:
-    return int(node["metadata"]["labels"]["nvidia.com/gpu.count"])
+    return int(node["metadata"]["labels"][GFD_COUNT])
 
 
 def daily(t: float) -> float:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpupack.core.argtypes import positive_float
+from gpupack.core.objects import MIG_CONFIG
 
 if TYPE_CHECKING:
     from gpupack.core.kube import KubeNodeOps
@@ -281,7 +282,7 @@ def render_text(plan: Plan, inputs: Inputs) -> str:
     changes = [n for n in plan.nodes if current.get(n.node) != config_name(n)]
     if changes:
         lines += ["", "labels (or run with --apply, which cordons, waits and checks each node):"]
-        lines += [f"  kubectl label node {n.node} nvidia.com/mig.config={config_name(n)} --overwrite" for n in changes]
+        lines += [f"  kubectl label node {n.node} {MIG_CONFIG}={config_name(n)} --overwrite" for n in changes]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -26,7 +26,7 @@ from gpupack.core.gpus.catalog import CATALOG
 from gpupack.core.gpus.geometry import compute_slices
 from gpupack.core.gpus.stock import DISABLED
 from gpupack.core.kube import facts_from_lists
-from gpupack.core.objects import is_finished, labels_of
+from gpupack.core.objects import GFD_COUNT, GFD_PRODUCT, is_finished, labels_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
 from gpupack.extender.inventory import node_from_json
@@ -62,10 +62,10 @@ def mig_nodes(
             skipped[str((node.get("metadata") or {}).get("name") or "?")] = str(exc)
             continue
         if record.gpu_model not in CATALOG:
-            skipped[record.name] = f"GPU model unknown ({record.product or 'no nvidia.com/gpu.product label'})"
+            skipped[record.name] = f"GPU model unknown ({record.product or f'no {GFD_PRODUCT} label'})"
             continue
         if record.gpu_count < 1:
-            skipped[record.name] = "GPU count unknown (no nvidia.com/gpu.count label)"
+            skipped[record.name] = f"GPU count unknown (no {GFD_COUNT} label)"
             continue
         busy = any(uses_gpus(p) for p in cluster.pods_on(record.name))
         offered = {r: n for r, n in record.allocatable.items() if r.startswith(PROFILE_PREFIX) and n > 0}

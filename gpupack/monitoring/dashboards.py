@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupack.core import dcgm
 from gpupack.core.checkout import REPOSITORY
 from gpupack.core.policy import SpotPolicy
 from gpupack.monitoring.rules import EXTENDER_JOB, WEBHOOK_JOB
@@ -470,7 +471,7 @@ def gpu_cost() -> JSON:
             [
                 target(
                     f"gpupack:mig_memory_used:ratio{{{NODE}}}",
-                    "{{node}} GPU {{gpu}} {{GPU_I_PROFILE}} #{{GPU_I_ID}}",
+                    f"{{{{node}}}} GPU {{{{gpu}}}} {{{{{dcgm.PROFILE}}}}} #{{{{{dcgm.INSTANCE}}}}}",
                     instant=True,
                 )
             ],

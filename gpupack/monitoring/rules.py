@@ -36,6 +36,7 @@ from gpupack.core.dcgm import (
     GR_ENGINE_ACTIVE,
     HOST_LABELS,
     INSTANCE,
+    PROFILE,
     XID_ERRORS,
     fold_promql,
 )
@@ -101,7 +102,7 @@ def recording_rules() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         {"record": "gpupack:gpu_memory_used:ratio", "expr": memory_used("node, gpu", "")},
         {
             "record": "gpupack:mig_memory_used:ratio",
-            "expr": memory_used("node, gpu, GPU_I_ID, GPU_I_PROFILE", '{GPU_I_ID!=""}'),
+            "expr": memory_used(f"node, gpu, {INSTANCE}, {PROFILE}", f'{{{INSTANCE}!=""}}'),
         },
         {
             "record": "gpupack:node_gpu_requested:sum",

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, HOST_LABELS, fold_promql
+from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE, HOST_LABELS, INSTANCE, fold_promql
 from gpupack.report.usage import UtilizationMetric
 
-WHOLE_UTIL = f'{GPU_UTIL}{{GPU_I_ID=""}}'
+WHOLE_UTIL = f'{GPU_UTIL}{{{INSTANCE}=""}}'
 """GPU_UTIL of whole GPUs (DCGM writes none for MIG instances; a series with `GPU_I_ID` would not be one)."""
-WHOLE_ENGINE = f'{GR_ENGINE_ACTIVE}{{GPU_I_ID=""}}'
-MIG_ENGINE = f'{GR_ENGINE_ACTIVE}{{GPU_I_ID!=""}}'
+WHOLE_ENGINE = f'{GR_ENGINE_ACTIVE}{{{INSTANCE}=""}}'
+MIG_ENGINE = f'{GR_ENGINE_ACTIVE}{{{INSTANCE}!=""}}'
 FINITE = " > -Inf < Inf"
 """Appended to an instant vector: keeps the samples that are numbers (NaN compares false with everything)."""
 
@@ -116,7 +116,7 @@ def hourly(metric: UtilizationMetric, node_label: str | None, profiles: Iterable
     first, second = (util, engine) if metric == "gpu-util" else (engine, util)
     per_gpu = f"({first}) or ({second})" if fallback else f"({first})"
     fold = fold_promql(
-        lambda matcher: _hour_mean(f"{GR_ENGINE_ACTIVE}{{{matcher}}}", f"{gpu}, GPU_I_ID"), gpu, profiles, " * 100"
+        lambda matcher: _hour_mean(f"{GR_ENGINE_ACTIVE}{{{matcher}}}", f"{gpu}, {INSTANCE}"), gpu, profiles, " * 100"
     )
     if fold:
         per_gpu = f"{per_gpu} or ({fold})"
