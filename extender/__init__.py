@@ -1,4 +1,6 @@
-"""The kube-scheduler extender (issue #3): filter and score nodes by live DCGM utilization and free GPU slots.
+"""The kube-scheduler extender: filter and score nodes by live DCGM utilization and free GPU slots.
 
-Not built yet; the package exists so the layout and the layering contracts are in place from the start.
+`inventory` and `demand` read nodes and pods, `state` and `informer` keep the cluster, `live` and `sources` the
+DCGM view, `filter`, `score`, `packing` and `fragmentation` decide (pure), `verbs`, `wire` and `app` answer
+kube-scheduler, `service` runs it all.
 """
