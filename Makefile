@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring clean
+.PHONY: run test lint typecheck unit system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,10 +28,11 @@ $(VENV)/.test-deps: pyproject.toml | $(BIN)/python
 run: $(VENV)/.run-deps
 	$(BIN)/gpupack demo
 
-# Debian packages: the tests need kubectl (kustomize), prometheus and chromium (the report page, headless);
-# the benchmarks also need wrk and taskset.
+# Debian packages, as command:package (the package when it differs): the tests need prometheus, chromium (the
+# report page, headless) and etcd (the control plane); the benchmarks also need kubectl and wrk.
 define apt_install
-	@missing=""; for tool in $(1); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	@missing=""; for pair in $(1); do tool=$${pair%%:*}; package=$${pair#*:}; \
+	  command -v $$tool >/dev/null || missing="$$missing $$package"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ -z "$(APT_GET)" ]; then echo "please install:$$missing" >&2; exit 1; fi; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
@@ -39,7 +40,13 @@ define apt_install
 endef
 
 system-deps:
-	$(call apt_install,kubectl prometheus chromium)
+	$(call apt_install,prometheus chromium etcd:etcd-server)
+
+# kube-apiserver, kube-scheduler, kubectl and helm, built from the Go modules pinned in tools/ into a cache
+# outside the work tree (tools/build; the first build takes about 7 minutes on two cores, later ones reuse it).
+kube-tools:
+	@command -v go >/dev/null || { echo "make test needs Go 1.26 to build kube-apiserver, kube-scheduler, kubectl and helm (tools/build)" >&2; exit 1; }
+	@tools/build >/dev/null
 
 bench-deps:
 	$(call apt_install,kubectl wrk)
@@ -52,7 +59,7 @@ lint: $(VENV)/.test-deps
 typecheck: $(VENV)/.test-deps
 	$(BIN)/mypy
 
-unit: $(VENV)/.test-deps system-deps
+unit: $(VENV)/.test-deps system-deps kube-tools
 	$(BIN)/pytest -q
 
 test: lint typecheck unit

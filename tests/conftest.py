@@ -160,3 +160,14 @@ async def served_serial(port: int, ca_file: Path) -> int:
     der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
     writer.close()
     return x509.load_der_x509_certificate(der).serial_number
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The built upstream tools (`tools/build`: kube-apiserver, kube-scheduler, kubectl, helm) come first on PATH,
+    so every test that runs `kubectl` or `helm` runs the pinned version."""
+    from tests.control_plane import tools
+
+    found = tools()
+    os.environ["PATH"] = os.pathsep.join(
+        [str(found.kubectl.parent), str(found.helm.parent), os.environ.get("PATH", "")]
+    )
