@@ -1,9 +1,11 @@
 """The extender's HTTP layer: parse ExtenderArgs, call the pure verbs, serialise the answer in band.
 
-Routes: `POST /filter`, `POST /prioritize`, `GET /state`, plus `/healthz`, `/readyz` (false until the first list
-of nodes and pods is in) and `/metrics`. kube-scheduler treats any status but 200 as an error that fails the
-scheduling cycle, so every answer is HTTP 200: errors go in `Error` (filter) or give an empty list (prioritize),
-with a log line.
+Routes: `POST /filter`, `POST /prioritize`, `POST /preempt`, `GET /state`, plus `/healthz`, `/readyz` (false
+until the first list of nodes and pods is in) and `/metrics`. kube-scheduler treats any status but 200 as an
+error that fails the scheduling cycle, so filter and prioritize always answer HTTP 200: errors go in `Error`
+(filter) or give an empty list (prioritize), with a log line. The preempt result has no error field, and an
+empty answer would cancel the preemption, so there a body that cannot be read gets HTTP 400, which makes
+kube-scheduler skip this ignorable extender and keep its own candidates.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from gpupack.extender.demand import DemandError, RequestsCache, demand_of
 from gpupack.extender.informer import InformerCounters
 from gpupack.extender.live import EMPTY, LiveMetrics
 from gpupack.extender.metrics import ExtenderMetrics
+from gpupack.extender.preemption import PreemptOutcome
 from gpupack.extender.state import ClusterState
 from gpupack.extender.typical import ShapeBook
-from gpupack.extender.verbs import DecisionCache, View, describe_state, filter_nodes, prioritize_nodes
+from gpupack.extender.verbs import DecisionCache, View, describe_state, filter_nodes, preempt_nodes, prioritize_nodes
 from gpupack.extender.wire import (
     MAX_CANDIDATES,
     MAX_DECODED_BYTES,
@@ -33,6 +36,8 @@ from gpupack.extender.wire import (
     ExtenderArgs,
     filter_result,
     parse_args,
+    parse_preemption_args,
+    preemption_result,
     priority_list,
 )
 
@@ -144,6 +149,55 @@ async def prioritize_handler(request: web.Request) -> web.Response:
     return _json(body)
 
 
+async def preempt_handler(request: web.Request) -> web.Response:
+    """ExtenderPreemptionArgs -> ExtenderPreemptionResult: the candidates the pod would really take, each with the
+    fewest victims it needs. A body that is not an ExtenderPreemptionArgs gets HTTP 400 (kube-scheduler then skips
+    this ignorable extender and keeps its own candidates); a pod that cannot be read, or a failure deciding, gets
+    the candidates back as received, which is the same as giving no opinion."""
+    extender = request.app[EXTENDER]
+    started = time.perf_counter()
+    try:
+        raw = await read_body(request, extender.settings.body_timeout, extender.settings.max_body_bytes)
+        args = parse_preemption_args(raw, extender.settings.max_candidates, extender.settings.max_decoded_bytes)
+    except (ArgsError, BodyError) as exc:
+        _refused(extender, "preempt", exc, request)
+        if extender.metrics is not None:
+            extender.metrics.latency["preempt"].observe(time.perf_counter() - started)
+        return web.Response(status=400, text=f"gpupack extender: {exc}")
+    try:
+        view = extender.view()
+        demand = demand_of(args.pod, view.policy, extender.requests)
+        outcome = preempt_nodes(demand, args, view)
+        body = preemption_result({n: (k.victims, k.pdb_violations) for n, k in outcome.kept.items()})
+        _count_preemption(extender, outcome, demand.key)
+    except Exception as exc:
+        _refused(extender, "preempt", exc, request)
+        body = preemption_result(args.victims)
+    if extender.metrics is not None:
+        extender.metrics.latency["preempt"].observe(time.perf_counter() - started)
+    return _json(body)
+
+
+def _count_preemption(extender: Extender, outcome: PreemptOutcome, pod: str) -> None:
+    """One log line for the decision (every dropped node with its reason) and the metrics."""
+    if outcome.dropped:
+        log.info(
+            "preemption for %s: kept %s, dropped %s",
+            pod,
+            ", ".join(sorted(outcome.kept)) or "nothing",
+            "; ".join(f"{node}: {d.reason}" for node, d in sorted(outcome.dropped.items())),
+        )
+    if extender.metrics is None:
+        return
+    counts = Counter(d.kind for d in outcome.dropped.values())
+    counts["kept"] = len(outcome.kept)
+    for kind, count in counts.items():
+        if count:
+            extender.metrics.preempt_candidates.labels(kind).inc(count)
+    if outcome.trimmed:
+        extender.metrics.preempt_trimmed.inc(outcome.trimmed)
+
+
 async def state_handler(request: web.Request) -> web.Response:
     """What the extender believes about each node, as JSON."""
     extender = request.app[EXTENDER]
@@ -164,6 +218,7 @@ def make_app(extender: Extender, registry: CollectorRegistry) -> web.Application
         )
     app.router.add_post("/filter", filter_handler)
     app.router.add_post("/prioritize", prioritize_handler)
+    app.router.add_post("/preempt", preempt_handler)
     app.router.add_get("/state", state_handler)
     add_standard_routes(app, registry, ready=lambda: extender.state.synced)
     return app

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.core.kube import Kind
-from gpupack.core.objects import is_finished
+from gpupack.core.objects import is_daemonset_pod, is_finished
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import RequestsCache, pod_key, pod_requests
 from gpupack.extender.inventory import NodeRecord, node_from_json
+from gpupack.extender.preemption import RANK_OTHER, victim_rank
 from gpupack.extender.state import ClusterState, Requests
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class PodChange:
     """False for a DaemonSet's pod: every node runs one, so it neither makes a node "in use" nor a typical shape."""
     bound_at: str = ""
     """When the pod was bound (`bound_at`), to order a full list the way the GPUs were handed out."""
+    rank: int = RANK_OTHER
+    """What losing it costs, as a preemption victim (`extender.preemption.victim_rank`)."""
 
 
 Change = NodeChange | PodChange
@@ -107,10 +110,12 @@ def pod_change(
         if cache is not None
         else tuple(pod_requests(spec, shared_resource).items())
     )
-    owners = meta.get("ownerReferences") or []
-    daemon = isinstance(owners, list) and any(isinstance(o, dict) and o.get("kind") == "DaemonSet" for o in owners)
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    rank = victim_rank(labels if isinstance(labels, dict) else {}, annotations if isinstance(annotations, dict) else {})
     # thousands of pods share a node: one string object per node name
-    return PodChange(key, sys.intern(str(node)), requests, workload=not daemon, bound_at=bound_at(pod))
+    return PodChange(
+        key, sys.intern(str(node)), requests, workload=not is_daemonset_pod(pod), bound_at=bound_at(pod), rank=rank
+    )
 
 
 def reduce_event(
@@ -134,7 +139,7 @@ def apply_changes(state: ClusterState, changes: Iterable[Change]) -> None:
             if change.deleted:
                 state.remove_pod(change.key)
             else:
-                state.upsert_pod(change.key, change.node, change.requests, change.workload)
+                state.upsert_pod(change.key, change.node, change.requests, change.workload, change.rank)
         elif change.record is None:
             state.remove_node(change.name)
         else:

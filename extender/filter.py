@@ -5,9 +5,15 @@ Three reasons, in this order:
   unresolvable, no preemption changes what the node is;
 - no free unit of the pod's GPU resource, counting assumed pods: resolvable by preemption when the node
   offers that resource at all, unresolvable when it does not;
-- for latency-critical inference, every GPU of the node is busier than the hot threshold: resolvable (load
-  moves, and preempting a lower-priority neighbour can cool the GPU). A node missing data for some GPU is never
-  filtered for it: lack of data must not stop scheduling.
+- for latency-critical inference, every GPU of the node is busier than the hot threshold: unresolvable. The
+  utilization is a mean over a window of minutes (5 by default), so killing a neighbour cannot cool the GPU
+  before kube-scheduler retries the pod: called resolvable, kube-scheduler would preempt pods here, and the
+  extender would refuse the node again (issue #22's six victims for three pods). A node missing data for some
+  GPU is never filtered for it: lack of data must not stop scheduling.
+
+"Unresolvable" is `FailedAndUnresolvableNodes`: kube-scheduler does not try preemption on such a node. Only
+"insufficient" is resolvable: victims free units of the pod's resource (the preempt verb,
+`extender.preemption`, checks the victims it proposes do).
 """
 
 from __future__ import annotations
@@ -49,5 +55,5 @@ def reject(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Rejection |
     hot = policy.extender.hot_threshold
     utils = snap.utils
     if demand.latency_critical and utils and len(utils) >= node.gpu_count and min(utils) > hot:
-        return Rejection("hot", f"every GPU is above the hot threshold {hot:.0%} (coolest at {min(utils):.0%})", False)
+        return Rejection("hot", f"every GPU is above the hot threshold {hot:.0%} (coolest at {min(utils):.0%})", True)
     return None

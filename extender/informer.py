@@ -253,7 +253,7 @@ class Informer:
 
     def _read_list(
         self, kind: Kind, policy: Policy, stop: threading.Event
-    ) -> tuple[list[NodeRecord], list[tuple[str, str, Requests, bool]], str, int]:
+    ) -> tuple[list[NodeRecord], list[tuple[str, str, Requests, bool, int]], str, int]:
         """In a thread: every page, reduced as it arrives (raw pages are dropped at once)."""
         records: list[NodeRecord] = []
         pods: list[PodChange] = []
@@ -277,7 +277,7 @@ class Informer:
                 if change.node is not None:
                     pods.append(change)
         pods.sort(key=_BOUND_AT)  # the order they were bound, as their GPUs went out (stable: ties keep list order)
-        return records, [(p.key, p.node, p.requests, p.workload) for p in pods if p.node], version, skipped
+        return records, [(p.key, p.node, p.requests, p.workload, p.rank) for p in pods if p.node], version, skipped
 
     # watching --------------------------------------------------------------------------------------------------
     async def _watch(self, kind: Kind) -> int:

@@ -19,8 +19,10 @@ from gpupack.extender.state import ClusterState
 
 # kube-scheduler waits `httpTimeout` (5 s by default) per call, and every pod pays it: resolve milliseconds.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-VERBS = ("filter", "prioritize")
+VERBS = ("filter", "prioritize", "preempt")
 REASONS = ("spot", "no-resource", "insufficient", "hot")
+PREEMPT_OUTCOMES = ("kept", "spot", "no-resource", "insufficient", "hot", "unmeasured", "unknown-node", "costlier")
+"""What became of a preemption candidate: kept, or dropped for one of these reasons."""
 
 
 class ExtenderMetrics:
@@ -56,6 +58,19 @@ class ExtenderMetrics:
             registry=registry,
         )
         self.bad_requests = {verb: bad.labels(verb) for verb in VERBS}
+        self.preempt_candidates = Counter(
+            "gpupack_extender_preempt_candidates_total",
+            "Preemption candidate nodes kube-scheduler proposed, by what became of them: kept, or dropped and why.",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in PREEMPT_OUTCOMES:
+            self.preempt_candidates.labels(outcome)
+        self.preempt_trimmed = Counter(
+            "gpupack_extender_preempt_victims_trimmed_total",
+            "Victims kube-scheduler proposed that the preemptor did not need, given back.",
+            registry=registry,
+        )
         self.metrics_read_failures = Counter(
             "gpupack_extender_metrics_read_failures_total",
             "Failed reads of live GPU metrics (Prometheus down, snapshot unreadable).",

@@ -30,6 +30,8 @@ class PodRecord:
     requests: Requests
     workload: bool = True
     """False for a DaemonSet's pod (it counts in usage, not as a pod that puts the node in use)."""
+    rank: int = 3
+    """What losing it costs, as a preemption victim (`extender.preemption.victim_rank`; 3: of unknown worth)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,7 @@ class ClusterState:
         self.epoch += 1
 
     # pods --------------------------------------------------------------------------------------------------
-    def upsert_pod(self, key: str, node: str | None, requests: Requests, workload: bool = True) -> None:
+    def upsert_pod(self, key: str, node: str | None, requests: Requests, workload: bool = True, rank: int = 3) -> None:
         """Record a pod event: counted on `node` when bound and running; None (pending or finished) uncounts it."""
         self.pod_changes += 1
         old = self.pods.pop(key, None)
@@ -125,7 +127,7 @@ class ClusterState:
                     self._by_node.pop(old.node, None)
         if node:
             self._forget_assumed(key)
-            self.pods[key] = record = PodRecord(node, requests, workload)
+            self.pods[key] = record = PodRecord(node, requests, workload, rank)
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = record  # an update keeps its place
             self._touch(node)
@@ -135,13 +137,13 @@ class ClusterState:
         self.upsert_pod(key, None, ())
         self._forget_assumed(key)
 
-    def replace_pods(self, pods: Iterable[tuple[str, str, Requests, bool]]) -> None:
-        """Replace every pod (after a full list): (key, node, requests, workload) of the bound, running ones."""
+    def replace_pods(self, pods: Iterable[tuple[str, str, Requests, bool, int]]) -> None:
+        """Replace every pod (after a full list): (key, node, requests, workload, rank) of the bound, running ones."""
         self.pods = {}
         self._usage = {}
         self._by_node = {}
-        for key, node, requests, workload in pods:
-            self.pods[key] = record = PodRecord(node, requests, workload)
+        for key, node, requests, workload, rank in pods:
+            self.pods[key] = record = PodRecord(node, requests, workload, rank)
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = record
         self.pod_changes += len(self.pods) + 1

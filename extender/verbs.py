@@ -27,11 +27,12 @@ from gpupack.extender.demand import PodDemand
 from gpupack.extender.filter import Rejection, reject
 from gpupack.extender.inventory import CPU, MEMORY, NodeRecord, node_from_json
 from gpupack.extender.live import LiveMetrics
+from gpupack.extender.preemption import Candidate, PreemptOutcome, preempt
 from gpupack.extender.score import priorities, scores
 from gpupack.extender.snapshot import NodeSnapshot
 from gpupack.extender.state import ClusterState
 from gpupack.extender.typical import NodeLayout, ShapeBook, gpu_layout
-from gpupack.extender.wire import ArgsError, ExtenderArgs
+from gpupack.extender.wire import ArgsError, ExtenderArgs, PreemptionArgs
 
 log = logging.getLogger(__name__)
 
@@ -407,6 +408,20 @@ def assume_target(demand: PodDemand, decided: Decisions, values: list[int], view
 def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:
     view.state.assume(demand.key, node, demand.requests, view.policy.extender.assume_seconds, now)
     log.debug("assumed pod=%s node=%s", demand.key, node)
+
+
+def preempt_nodes(demand: PodDemand, args: PreemptionArgs, view: View) -> PreemptOutcome:
+    """The preempt verb over kube-scheduler's candidates (`extender.preemption.preempt`), on the watch cache's
+    nodes as they are now, this pod's own assumption left out."""
+    now, wall = time.monotonic(), time.time()
+    snapshots = {}
+    for name in args.victims:
+        record = view.state.nodes.get(name)
+        if record is not None:
+            snapshots[name] = snapshot(record, view, now, wall, demand.key)
+    candidates = {name: Candidate(uids, violations) for name, (uids, violations) in args.victims.items()}
+    measured = view.live.newest() is not None
+    return preempt(demand, candidates, snapshots, view.state.pods, view.policy, measured)
 
 
 def describe_state(view: View, now: float | None = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ because any other status fails the scheduling cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,3 +190,72 @@ def filter_result(
 def priority_list(names: list[str], scores: list[int]) -> bytes:
     """HostPriorityList: `{"Host": name, "Score": score}` for each node, in order."""
     return orjson.dumps([{"Host": host, "Score": score} for host, score in zip(names, scores, strict=True)])
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """ExtenderPreemptionArgs: the preemptor and, per candidate node, the victims kube-scheduler chose (by uid) and
+    the PodDisruptionBudgets their eviction would violate."""
+
+    pod: Mapping[str, Any]
+    victims: dict[str, tuple[tuple[str, ...], int]]
+
+
+def _victims(value: Any, field: str, meta: bool, max_candidates: int) -> dict[str, tuple[tuple[str, ...], int]]:
+    if not isinstance(value, dict):
+        raise ArgsError(f"ExtenderPreemptionArgs.{field} must be an object of node names")
+    _candidates(len(value), field, max_candidates)
+    out: dict[str, tuple[tuple[str, ...], int]] = {}
+    for node, victims in value.items():
+        if not isinstance(victims, dict):
+            raise ArgsError(f"ExtenderPreemptionArgs.{field}[{node!r}] must be an object with Pods")
+        pods = _field(victims, "Pods") or []
+        violations = _field(victims, "NumPDBViolations") or 0
+        if not isinstance(pods, list) or not isinstance(violations, int) or isinstance(violations, bool):
+            raise ArgsError(f"ExtenderPreemptionArgs.{field}[{node!r}] must have a Pods list and NumPDBViolations")
+        uids = []
+        for pod in pods:
+            uid = _field(pod, "UID") if meta and isinstance(pod, dict) else None
+            if not meta and isinstance(pod, dict) and isinstance(pod.get("metadata"), dict):
+                uid = pod["metadata"].get("uid")
+            if not isinstance(uid, str) or not uid:
+                raise ArgsError(f"ExtenderPreemptionArgs.{field}[{node!r}]: a victim without a uid")
+            uids.append(uid)
+        out[node] = (tuple(uids), violations)
+    return out
+
+
+def parse_preemption_args(
+    raw: bytes, max_candidates: int = MAX_CANDIDATES, max_decoded: int = MAX_DECODED_BYTES
+) -> PreemptionArgs:
+    """Decode an ExtenderPreemptionArgs body: `NodeNameToMetaVictims` (victims by uid: `nodeCacheCapable`) or
+    `NodeNameToVictims` (full pods). Raises ArgsError naming the field, as `parse_args` does."""
+    _decodable(raw, max_decoded)
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ArgsError(f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ArgsError(f"ExtenderPreemptionArgs must be a JSON object, got {type(body).__name__}")
+    pod = _field(body, "Pod")
+    if not isinstance(pod, dict):
+        raise ArgsError("ExtenderPreemptionArgs.Pod must be a Pod object")
+    meta = _field(body, "NodeNameToMetaVictims")
+    if meta is not None:
+        return PreemptionArgs(pod, _victims(meta, "NodeNameToMetaVictims", True, max_candidates))
+    full = _field(body, "NodeNameToVictims")
+    if full is None:
+        raise ArgsError("ExtenderPreemptionArgs has neither NodeNameToMetaVictims nor NodeNameToVictims")
+    return PreemptionArgs(pod, _victims(full, "NodeNameToVictims", False, max_candidates))
+
+
+def preemption_result(kept: Mapping[str, tuple[Sequence[str], int]]) -> bytes:
+    """ExtenderPreemptionResult: `NodeNameToMetaVictims` of the nodes kept, their victims by uid. The extender
+    answers in this form whichever it received (kube-scheduler maps the uids back to the pods on each node)."""
+    body = {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+            for node, (uids, violations) in kept.items()
+        }
+    }
+    return orjson.dumps(body)

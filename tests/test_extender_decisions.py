@@ -58,13 +58,13 @@ FILTER_CASES = [
         False,
     ),
     (
-        "critical inference avoids a node whose every GPU is hot",
+        "critical inference avoids a node whose every GPU is hot, which no preemption cools in time",
         gpu_pod(SHARED),
         node(gpus={SHARED: 16}, labels=T4_SHARED),
         {},
         (0.9,) * 4,
         "hot",
-        False,
+        True,
     ),
     (
         "one cool GPU is enough",

@@ -1,0 +1,171 @@
+"""The preempt verb's decision: which of kube-scheduler's preemption candidates would really take the pod, the
+fewest victims it needs there, and which candidates cost least.
+
+kube-scheduler's dry run picks, per node, the lowest-priority pods whose removal makes its own plugins pass
+(docs/platform/kube-scheduler-extender.md, "Preemption"). It knows nothing of what the extender refuses, so
+without this verb it kills victims on a node the extender then refuses (a hot GPU), and tries again elsewhere:
+the first victims died for nothing. Asked before any victim is deleted, this decides per candidate node:
+
+- dropped when the extender's own verdict, with every victim gone, still refuses the pod (`filter.reject`: no
+  free unit of its GPU resource, a spot node it must not use, every GPU hot for a latency-critical pod, since a
+  5-minute utilization window cannot cool before the retry), when the node's CPU or memory still do not fit,
+  when the extender does not know the node, or when a latency-critical pod would land on a node with no fresh
+  GPU data while the extender reads live data (it cannot tell that the node is not hot);
+- otherwise trimmed to the fewest victims by the extender's accounting: the most expensive victim goes back
+  first while the pod still fits without it, so a victim that frees nothing the pod uses does not die;
+- then ranked by what its victims cost: batch before checkpointing training before training that does not
+  checkpoint before anything else, then fewer PodDisruptionBudget violations, then fewer GPUs' worth of work.
+  The dominated candidates are dropped; kube-scheduler still chooses among those left.
+
+A victim the extender's cache does not know (bound since its last event) is kept as the scheduler chose it: its
+requests are unknown, so giving it back could leave the pod without room.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpupack.core import contract
+from gpupack.core.policy import Policy
+from gpupack.extender.demand import PodDemand
+from gpupack.extender.filter import reject
+from gpupack.extender.snapshot import NodeSnapshot
+from gpupack.extender.state import PodRecord
+
+RANK_BATCH: Final = 0
+RANK_CHECKPOINTED: Final = 1
+RANK_TRAINING: Final = 2
+RANK_OTHER: Final = 3
+RANK_NAMES: Final = ("batch", "checkpointing training", "training", "other")
+"""What a victim is, cheapest first: batch work is made to be lost, checkpointing training resumes where it
+stopped, other training starts over, and a pod outside gpupack's classes is of unknown worth."""
+
+
+def victim_rank(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> int:
+    """What losing the pod costs (`RANK_NAMES`), from the class the webhook wrote, else the workload label."""
+    workload = annotations.get(contract.ANNOTATION_CLASS) or labels.get(contract.LABEL_WORKLOAD)
+    if workload == "batch":
+        return RANK_BATCH
+    if workload == "training":
+        return RANK_CHECKPOINTED if labels.get(contract.LABEL_CHECKPOINT) == "true" else RANK_TRAINING
+    return RANK_OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One node kube-scheduler proposes, with the victims it chose there (by pod uid)."""
+
+    victims: tuple[str, ...]
+    pdb_violations: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A candidate the pod would take, with the victims it needs there and what they cost."""
+
+    victims: tuple[str, ...]
+    pdb_violations: int
+    cost: tuple[int, int, int, float]
+    """(costliest victim's rank, victims of that rank, PDB violations, GPUs' worth of work): lower is cheaper."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A candidate left out, and why (`kind` is a stable name for metrics)."""
+
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptOutcome:
+    """The verb's answer, and what it changed."""
+
+    kept: Mapping[str, Kept]
+    dropped: Mapping[str, Dropped]
+    trimmed: int
+    """Victims given back: proposed by kube-scheduler, not needed by the pod."""
+
+
+def _without(snap: NodeSnapshot, victims: Sequence[PodRecord]) -> NodeSnapshot:
+    """The node as it is once `victims` are gone (their GPUs' utilization stays: the window cannot cool in time)."""
+    used = dict(snap.used)
+    for victim in victims:
+        for resource, n in victim.requests:
+            used[resource] = used.get(resource, 0) - n
+    return NodeSnapshot(snap.node, used, snap.utils, (), max(snap.pods - len(victims), 0))
+
+
+def _refusal(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Dropped | None:
+    """Why the pod still cannot take the node, or None."""
+    rejection = reject(demand, snap, policy)
+    if rejection is not None:
+        return Dropped(rejection.kind, rejection.reason)
+    for resource, n in demand.requests.items():
+        if resource in snap.node.allocatable and snap.free(resource) < n:
+            return Dropped("insufficient", f"{snap.free(resource)} {resource} free, pod needs {n}")
+    return None
+
+
+def _work(victims: Sequence[PodRecord], snap: NodeSnapshot) -> float:
+    """GPUs' worth of work the victims hold."""
+    shares = snap.node.shares
+    return sum(n * shares[r] for v in victims for r, n in v.requests if r in shares)
+
+
+def preempt(
+    demand: PodDemand,
+    candidates: Mapping[str, Candidate],
+    snapshots: Mapping[str, NodeSnapshot],
+    pods: Mapping[str, PodRecord],
+    policy: Policy,
+    measured: bool,
+) -> PreemptOutcome:
+    """Decide on every candidate (see the module docstring). `snapshots` are the candidates' nodes as the extender
+    sees them (absent: a node it does not know), `pods` the bound pods by key, `measured` whether the extender
+    reads live GPU data at all."""
+    kept: dict[str, Kept] = {}
+    dropped: dict[str, Dropped] = {}
+    trimmed = 0
+    for name, candidate in candidates.items():
+        snap = snapshots.get(name)
+        if snap is None:
+            dropped[name] = Dropped("unknown-node", "the extender does not know the node")
+            continue
+        if demand.latency_critical and measured and not snap.utils:
+            dropped[name] = Dropped("unmeasured", "no fresh GPU data: the node may be hot")
+            continue
+        known = [uid for uid in candidate.victims if (p := pods.get(uid)) is not None and p.node == name]
+        unknown = tuple(uid for uid in candidate.victims if uid not in known)
+        refusal = _refusal(demand, _without(snap, [pods[uid] for uid in known]), policy)
+        if refusal is not None:
+            dropped[name] = refusal
+            continue
+        needed = list(known)
+        for uid in sorted(known, key=lambda u: (pods[u].rank, _work([pods[u]], snap)), reverse=True):
+            fewer = [v for v in needed if v != uid]
+            if _refusal(demand, _without(snap, [pods[v] for v in fewer]), policy) is None:
+                needed = fewer
+        trimmed += len(known) - len(needed)
+        records = [pods[uid] for uid in needed]
+        worst = max((p.rank for p in records), default=RANK_BATCH if not unknown else RANK_OTHER)
+        if unknown:
+            worst = RANK_OTHER
+        at_worst = sum(p.rank == worst for p in records) + (len(unknown) if worst == RANK_OTHER else 0)
+        cost = (worst, at_worst, candidate.pdb_violations, round(_work(records, snap), 6))
+        kept[name] = Kept((*unknown, *needed), candidate.pdb_violations, cost)
+    if kept:
+        cheapest = min(k.cost for k in kept.values())
+        for name in [n for n, k in kept.items() if k.cost != cheapest]:
+            dropped[name] = Dropped(
+                "costlier", f"victims cost {_describe(kept[name].cost)}, another candidate {_describe(cheapest)}"
+            )
+            del kept[name]
+    return PreemptOutcome(kept, dropped, trimmed)
+
+
+def _describe(cost: tuple[int, int, int, float]) -> str:
+    rank, count, pdb, work = cost
+    return f"{count} {RANK_NAMES[rank]} pod(s), {pdb} PDB violation(s), {work:g} GPUs of work"

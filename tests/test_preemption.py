@@ -1,0 +1,337 @@
+"""The preempt verb: its pure decision (which candidates the pod would take, with the fewest and cheapest victims),
+its wire format and its route, on hand-made nodes whose answer is worked out here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from gpupack.extender.app import make_app
+from gpupack.extender.preemption import (
+    RANK_BATCH,
+    RANK_CHECKPOINTED,
+    RANK_OTHER,
+    RANK_TRAINING,
+    Candidate,
+    preempt,
+    victim_rank,
+)
+from gpupack.extender.snapshot import NodeSnapshot
+from gpupack.extender.state import PodRecord, Requests
+from gpupack.extender.wire import ArgsError, parse_preemption_args, preemption_result
+from tests.extender_kit import (
+    A100_BALANCED,
+    A100_BALANCED_GPUS,
+    T4_SHARED,
+    demand,
+    extender_for,
+    gpu_pod,
+    node,
+    policy,
+    registry,
+    snap,
+)
+
+MIG_1G = "nvidia.com/mig-1g.5gb"
+MIG_2G = "nvidia.com/mig-2g.10gb"
+SHARED = "nvidia.com/gpu.shared"
+GPU = "nvidia.com/gpu"
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
+CPU_MEM: Requests = (("cpu", 1000), ("memory", 1 << 30))
+
+
+def victims(node_name: str, resource: str, count: int, rank: int, prefix: str, each: int = 1) -> dict[str, PodRecord]:
+    return {f"{prefix}-{i}": PodRecord(node_name, ((resource, each), *CPU_MEM), True, rank) for i in range(count)}
+
+
+def full(node_json: dict[str, Any], pods: dict[str, PodRecord], utils: tuple[float, ...] = ()) -> NodeSnapshot:
+    """The node with these pods bound to it."""
+    used: dict[str, int] = {}
+    for p in pods.values():
+        for resource, n in p.requests:
+            used[resource] = used.get(resource, 0) + n
+    return snap(node_json, used, utils)
+
+
+def decide(
+    pod: dict[str, Any],
+    nodes: dict[str, tuple[dict[str, Any], tuple[float, ...]]],
+    pods: dict[str, PodRecord],
+    proposed: dict[str, list[str]],
+    pdb: dict[str, int] | None = None,
+    measured: bool = True,
+) -> Any:
+    snapshots = {
+        name: full(node_json, {k: p for k, p in pods.items() if p.node == name}, utils)
+        for name, (node_json, utils) in nodes.items()
+    }
+    candidates = {name: Candidate(tuple(uids), (pdb or {}).get(name, 0)) for name, uids in proposed.items()}
+    return preempt(demand(pod), candidates, snapshots, pods, policy(), measured)
+
+
+def mig_node(name: str) -> dict[str, Any]:
+    return node(name, gpus=A100_BALANCED_GPUS, labels=A100_BALANCED)
+
+
+# what each victim costs ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations", "rank"),
+    [
+        ({"gpupack.io/workload": "batch"}, {}, RANK_BATCH),
+        ({"gpupack.io/workload": "training", "gpupack.io/checkpoint": "true"}, {}, RANK_CHECKPOINTED),
+        ({"gpupack.io/workload": "training"}, {}, RANK_TRAINING),
+        ({}, {"gpupack.io/class": "batch"}, RANK_BATCH),  # the class the webhook wrote (a namespace opt-in)
+        ({"gpupack.io/workload": "inference"}, {}, RANK_OTHER),
+        ({}, {}, RANK_OTHER),
+    ],
+)
+def test_a_victims_cost_follows_its_class_and_checkpoints(
+    labels: dict[str, str], annotations: dict[str, str], rank: int
+) -> None:
+    assert victim_rank(labels, annotations) == rank
+
+
+# dropped candidates --------------------------------------------------------------------------------------------
+
+
+def test_a_hot_node_is_dropped_for_latency_critical_inference_whatever_dies_there() -> None:
+    # The issue's case: one node full of batch pods on hot MIG instances, one full of training. The batch pods are
+    # cheaper, but killing them frees slices the pod would not get (every GPU stays above 85 % for minutes).
+    pods = {**victims("hot", MIG_1G, 16, RANK_BATCH, "b"), **victims("cool", MIG_1G, 16, RANK_TRAINING, "t")}
+    outcome = decide(
+        gpu_pod(MIG_1G),
+        {"hot": (mig_node("hot"), (0.95,) * 8), "cool": (mig_node("cool"), (0.5,) * 8)},
+        pods,
+        {"hot": ["b-0"], "cool": ["t-0"]},
+    )
+    assert list(outcome.kept) == ["cool"] and outcome.kept["cool"].victims == ("t-0",)
+    assert outcome.dropped["hot"].kind == "hot"
+
+
+def test_a_tolerant_pod_may_take_the_hot_node() -> None:
+    pods = victims("hot", MIG_1G, 16, RANK_BATCH, "b")
+    outcome = decide(
+        gpu_pod(MIG_1G, latency="tolerant"), {"hot": (mig_node("hot"), (0.95,) * 8)}, pods, {"hot": ["b-0"]}
+    )
+    assert list(outcome.kept) == ["hot"]
+
+
+def test_a_candidate_where_the_victims_free_nothing_the_pod_uses_is_dropped() -> None:
+    # the pod needs a 1g.5gb; the victims proposed hold 2g.10gb instances (the scheduler's dry run counts only
+    # what it knows of the extended resources); the node's 1g.5gb stay full
+    pods = {**victims("n", MIG_1G, 16, RANK_TRAINING, "t"), **victims("n", MIG_2G, 2, RANK_BATCH, "b")}
+    outcome = decide(gpu_pod(MIG_1G), {"n": (mig_node("n"), (0.5,) * 8)}, pods, {"n": ["b-0", "b-1"]})
+    assert outcome.kept == {} and outcome.dropped["n"].kind == "insufficient"
+
+
+@pytest.mark.parametrize(("measured", "kept"), [(True, []), (False, ["n"])])
+def test_an_unmeasured_node_is_dropped_for_critical_inference_only_when_the_extender_reads_live_data(
+    measured: bool, kept: list[str]
+) -> None:
+    pods = victims("n", MIG_1G, 16, RANK_BATCH, "b")
+    outcome = decide(gpu_pod(MIG_1G), {"n": (mig_node("n"), ())}, pods, {"n": ["b-0"]}, measured=measured)
+    assert list(outcome.kept) == kept
+
+
+def test_an_unknown_node_and_a_spot_node_for_inference_are_dropped() -> None:
+    spot = node("spot", gpus={GPU: 8}, labels={**H100, "node-type": "spot"})
+    pods = victims("spot", GPU, 8, RANK_BATCH, "b")
+    outcome = decide(gpu_pod(GPU), {"spot": (spot, (0.3,) * 8)}, pods, {"spot": ["b-0"], "gone": ["x"]})
+    assert outcome.kept == {}
+    assert (outcome.dropped["spot"].kind, outcome.dropped["gone"].kind) == ("spot", "unknown-node")
+
+
+# the fewest victims --------------------------------------------------------------------------------------------
+
+
+def test_mig_preemption_keeps_one_victim_of_the_profile_the_pod_needs() -> None:
+    # proposed: two 1g.5gb batch pods and two 2g.10gb ones; the pod needs one 1g.5gb: one dies, three are spared
+    pods = {**victims("n", MIG_1G, 16, RANK_BATCH, "s"), **victims("n", MIG_2G, 8, RANK_BATCH, "d")}
+    outcome = decide(gpu_pod(MIG_1G), {"n": (mig_node("n"), (0.5,) * 8)}, pods, {"n": ["s-0", "s-1", "d-0", "d-1"]})
+    assert len(outcome.kept["n"].victims) == 1 and outcome.kept["n"].victims[0].startswith("s-")
+    assert outcome.trimmed == 3
+
+
+def test_time_sliced_preemption_keeps_as_many_victims_as_replicas_needed() -> None:
+    t4 = node("t4", gpus={SHARED: 16}, labels=T4_SHARED)
+    pods = victims("t4", SHARED, 16, RANK_BATCH, "b")
+    pod = gpu_pod(SHARED, 2, latency="tolerant")
+    outcome = decide(pod, {"t4": (t4, (0.4,) * 4)}, pods, {"t4": ["b-0", "b-1", "b-2", "b-3"]})
+    assert len(outcome.kept["t4"].victims) == 2 and outcome.trimmed == 2
+
+
+def test_the_costliest_victims_are_spared_first() -> None:
+    # two whole GPUs are needed; proposed: a training pod and three batch pods: the batch pods give theirs
+    h100 = node("h", gpus={GPU: 4}, labels=H100)
+    pods = {**victims("h", GPU, 1, RANK_TRAINING, "t"), **victims("h", GPU, 3, RANK_BATCH, "b")}
+    outcome = decide(gpu_pod(GPU, 2, "training"), {"h": (h100, (0.5,) * 4)}, pods, {"h": ["t-0", "b-0", "b-1", "b-2"]})
+    kept = outcome.kept["h"].victims
+    assert len(kept) == 2 and all(v.startswith("b-") for v in kept)
+
+
+def test_a_victim_needed_for_cpu_is_kept() -> None:
+    h100 = node("h", gpus={GPU: 2}, labels=H100, cpu="4")
+    pods = {
+        "gpu-holder": PodRecord("h", ((GPU, 1), ("cpu", 500)), True, RANK_BATCH),
+        "cpu-holder": PodRecord("h", (("cpu", 2500),), True, RANK_BATCH),
+        "rest": PodRecord("h", ((GPU, 1), ("cpu", 1000)), True, RANK_TRAINING),
+    }
+    # the pod asks 1 GPU and 1 CPU of 4: the GPU victim alone frees half a CPU, so the CPU victim dies too
+    pod = gpu_pod(GPU, 1, "training")
+    outcome = decide(pod, {"h": (h100, (0.5,) * 2)}, pods, {"h": ["gpu-holder", "cpu-holder"]})
+    assert set(outcome.kept["h"].victims) == {"gpu-holder", "cpu-holder"}
+
+
+def test_a_victim_the_extender_does_not_know_is_kept_as_the_scheduler_chose_it() -> None:
+    pods = victims("n", MIG_1G, 15, RANK_BATCH, "b")  # 16th slice used by a pod not seen yet
+    snapshots_node = mig_node("n")
+    outcome = decide(gpu_pod(MIG_1G), {"n": (snapshots_node, (0.5,) * 8)}, pods, {"n": ["new-uid"]})
+    assert outcome.kept["n"].victims == ("new-uid",)
+
+
+# the cheapest candidates ---------------------------------------------------------------------------------------
+
+
+def whole_gpu_cluster(
+    ranks: dict[str, int], each: dict[str, int] | None = None
+) -> tuple[dict[str, Any], dict[str, PodRecord]]:
+    nodes = {name: (node(name, gpus={GPU: 4}, labels=H100), (0.5,) * 4) for name in ranks}
+    pods: dict[str, PodRecord] = {}
+    for name, rank in ranks.items():
+        width = (each or {}).get(name, 1)
+        pods.update({f"{name}-{i}": PodRecord(name, ((GPU, width), *CPU_MEM), True, rank) for i in range(4 // width)})
+    return nodes, pods
+
+
+@pytest.mark.parametrize(
+    ("ranks", "winner"),
+    [
+        ({"ckpt": RANK_CHECKPOINTED, "plain": RANK_TRAINING}, "ckpt"),
+        ({"batch": RANK_BATCH, "ckpt": RANK_CHECKPOINTED}, "batch"),
+        ({"other": RANK_OTHER, "plain": RANK_TRAINING}, "plain"),
+    ],
+)
+def test_the_candidate_whose_victims_cost_least_is_kept(ranks: dict[str, int], winner: str) -> None:
+    nodes, pods = whole_gpu_cluster(ranks)
+    outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {name: [f"{name}-0"] for name in ranks})
+    assert list(outcome.kept) == [winner]
+    assert all(d.kind == "costlier" for d in outcome.dropped.values())
+
+
+def test_a_pod_disruption_budget_is_kept_when_another_candidate_avoids_it() -> None:
+    nodes, pods = whole_gpu_cluster({"guarded": RANK_BATCH, "free": RANK_BATCH})
+    outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"guarded": ["guarded-0"], "free": ["free-0"]},
+                     pdb={"guarded": 1})  # fmt: skip
+    assert list(outcome.kept) == ["free"]
+
+
+def test_fewer_gpus_of_work_lost_wins_last() -> None:
+    nodes, pods = whole_gpu_cluster({"wide": RANK_BATCH, "narrow": RANK_BATCH}, each={"wide": 2})
+    outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"wide": ["wide-0"], "narrow": ["narrow-0"]})
+    assert list(outcome.kept) == ["narrow"]
+
+
+def test_equal_candidates_are_all_kept_for_the_scheduler_to_choose() -> None:
+    nodes, pods = whole_gpu_cluster({"a": RANK_BATCH, "b": RANK_BATCH})
+    outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"a": ["a-0"], "b": ["b-0"]})
+    assert set(outcome.kept) == {"a", "b"}
+
+
+# the wire format -----------------------------------------------------------------------------------------------
+
+POD = {"metadata": {"name": "p", "namespace": "ml", "uid": "uid-p"}, "spec": {"containers": []}}
+
+
+def test_meta_victims_and_full_victims_both_parse_to_uids() -> None:
+    meta = {"Pod": POD, "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "a"}, {"UID": "b"}], "NumPDBViolations": 1}}}
+    assert parse_preemption_args(orjson.dumps(meta)).victims == {"n1": (("a", "b"), 1)}
+    victim = {"metadata": {"name": "v", "namespace": "ml", "uid": "c"}}
+    full_form = {
+        "Pod": POD,
+        "NodeNameToVictims": {"n2": {"Pods": [victim], "NumPDBViolations": 0}},
+        "NodeNameToMetaVictims": None,
+    }
+    assert parse_preemption_args(orjson.dumps(full_form)).victims == {"n2": (("c",), 0)}
+
+
+def test_the_result_names_victims_by_uid_as_kube_scheduler_reads_them() -> None:
+    assert orjson.loads(preemption_result({"n1": (("a",), 2)})) == {
+        "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "a"}], "NumPDBViolations": 2}}
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{", "not JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'{"NodeNameToMetaVictims": {}}', "Pod must be a Pod object"),
+        (b'{"Pod": {}}', "neither NodeNameToMetaVictims nor NodeNameToVictims"),
+        (b'{"Pod": {}, "NodeNameToMetaVictims": []}', "must be an object of node names"),
+        (b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [{}]}}}', "a victim without a uid"),
+        (b'{"Pod": {}, "NodeNameToMetaVictims": {"n": {"Pods": [], "NumPDBViolations": "1"}}}', "NumPDBViolations"),
+    ],
+)
+def test_a_malformed_body_is_refused_naming_the_field(body: bytes, message: str) -> None:
+    with pytest.raises(ArgsError, match=message):
+        parse_preemption_args(body)
+
+
+def test_more_candidates_than_the_extender_accepts_is_refused() -> None:
+    many = {f"n{i}": {"Pods": [{"UID": "a"}]} for i in range(20)}
+    with pytest.raises(ArgsError, match="20 nodes, more than the 10"):
+        parse_preemption_args(orjson.dumps({"Pod": POD, "NodeNameToMetaVictims": many}), max_candidates=10)
+
+
+# the route -----------------------------------------------------------------------------------------------------
+
+
+def bound(name: str, node_name: str, resource: str, labels: dict[str, str]) -> dict[str, Any]:
+    pod = gpu_pod(resource, 1, None, name=name)
+    pod["metadata"]["labels"] = labels
+    pod["spec"]["nodeName"] = node_name
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+async def test_the_route_answers_the_kept_candidates_and_counts_what_it_dropped(aiohttp_client: Any) -> None:
+    nodes = [node("h1", gpus={GPU: 1}, labels=H100), node("h2", gpus={GPU: 1}, labels=H100)]
+    pods = [
+        bound("train", "h1", GPU, {"gpupack.io/workload": "training"}),
+        bound("sweep", "h2", GPU, {"gpupack.io/workload": "batch"}),
+    ]
+    client = await aiohttp_client(make_app(extender_for(nodes, pods), registry()))
+    args = {
+        "Pod": gpu_pod(GPU, 1, "training", name="urgent"),
+        "NodeNameToMetaVictims": {"h1": {"Pods": [{"UID": "uid-train"}]}, "h2": {"Pods": [{"UID": "uid-sweep"}]}},
+    }
+    answer = await client.post("/preempt", data=orjson.dumps(args))
+    assert answer.status == 200
+    assert await answer.json() == {
+        "NodeNameToMetaVictims": {"h2": {"Pods": [{"UID": "uid-sweep"}], "NumPDBViolations": 0}}
+    }
+    metrics = await (await client.get("/metrics")).text()
+    assert 'gpupack_extender_preempt_candidates_total{outcome="kept"} 1.0' in metrics
+    assert 'gpupack_extender_preempt_candidates_total{outcome="costlier"} 1.0' in metrics
+
+
+async def test_the_route_refuses_a_body_it_cannot_read_with_400_so_the_scheduler_skips_it(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(make_app(extender_for([]), registry()))
+    answer = await client.post("/preempt", data=b"not json")
+    assert answer.status == 400 and "not JSON" in await answer.text()
+
+
+async def test_a_pod_it_cannot_read_gets_the_candidates_back_unchanged(aiohttp_client: Any) -> None:
+    client = await aiohttp_client(make_app(extender_for([]), registry()))
+    broken = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "lots"}}}]},
+    }
+    args = {"Pod": broken, "NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
+    answer = await client.post("/preempt", data=orjson.dumps(args))
+    assert answer.status == 200
+    assert await answer.json() == {"NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
