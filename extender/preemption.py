@@ -11,8 +11,11 @@ the first victims died for nothing. Asked before any victim is deleted, this dec
   5-minute utilization window cannot cool before the retry), when the node's CPU or memory still do not fit,
   when the extender does not know the node, or when a latency-critical pod would land on a node with no fresh
   GPU data while the extender reads live data (it cannot tell that the node is not hot);
-- otherwise trimmed to the fewest victims by the extender's accounting: the most expensive victim goes back
-  first while the pod still fits without it, so a victim that frees nothing the pod uses does not die;
+- otherwise a victim that holds none of the pod's GPU resource goes back, costliest first, while the pod still
+  fits without it (CPU and memory included): it would die freeing nothing the pod can use. Victims holding the
+  pod's GPU resource stay as kube-scheduler counted them: its dry run already gives back every one the pod does
+  not need, and it counts the pods nominated to the node, which the extender cannot see (giving one back
+  there left a preemptor without room, seen on a real kube-scheduler);
 - then ranked by what its victims cost: batch before checkpointing training before training that does not
   checkpoint before anything else, then fewer PodDisruptionBudget violations, then fewer GPUs' worth of work.
   The dominated candidates are dropped; kube-scheduler still chooses among those left.
@@ -144,8 +147,11 @@ def preempt(
             dropped[name] = refusal
             continue
         needed = list(known)
-        for uid in sorted(known, key=lambda u: (pods[u].rank, _work([pods[u]], snap)), reverse=True):
+        spare = [u for u in known if not any(r == demand.gpu_resource for r, _ in pods[u].requests)]
+        for uid in sorted(spare, key=lambda u: (pods[u].rank, _work([pods[u]], snap)), reverse=True):
             fewer = [v for v in needed if v != uid]
+            if not fewer and not unknown:
+                break  # a candidate with no victim is dropped by kube-scheduler: it needs at least one
             if _refusal(demand, _without(snap, [pods[v] for v in fewer]), policy) is None:
                 needed = fewer
         trimmed += len(known) - len(needed)

@@ -15,8 +15,10 @@ container's command and args as rendered (the image's `gpupack` entry point is t
 from __future__ import annotations
 
 import base64
+import json
 import re
 import ssl
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -28,7 +30,7 @@ from typing import Any
 import yaml
 
 from gpupack.testing.net import free_port
-from tests.control_plane import ControlPlane, Process, host_address, scheduler_config
+from tests.control_plane import ROOT, ControlPlane, Process, host_address, scheduler_config
 
 GPUPACK = [sys.executable, "-m", "gpupack"]
 """The image's entry point (`ENTRYPOINT ["gpupack"]`), from this checkout."""
@@ -109,8 +111,13 @@ class Deployment:
 
     # running -----------------------------------------------------------------------------------------------------
 
-    def run(self, deployment: str, extra_env: Mapping[str, str] | None = None) -> RunningPod:
-        """Start every container of the Deployment's pod template."""
+    def run(
+        self, deployment: str, extra_env: Mapping[str, str] | None = None, services: Mapping[str, str] | None = None
+    ) -> RunningPod:
+        """Start every container of the Deployment's pod template. `services` maps a URL the args name (a Service
+        of the cluster, `http://prometheus-operated.monitoring.svc:9090`) to where it is here (what DNS and the
+        Service's ClusterIP would resolve)."""
+        self.services = dict(services or {})
         source = self.find("Deployment", deployment)
         namespace = source["metadata"].get("namespace", "default")
         spec = source["spec"]["template"]["spec"]
@@ -142,6 +149,8 @@ class Deployment:
     def _argv(self, pod: RunningPod, container: Mapping[str, Any], kubeconfig: Path, base: Path) -> list[str]:
         command = list(container.get("command") or [])
         args = [self._mounted(pod, container, a) for a in container.get("args") or []]
+        for url, here in getattr(self, "services", {}).items():
+            args = [a.replace(url, here) for a in args]
         if command and command[0] == "kube-scheduler":
             return self._scheduler_argv(pod, container, command, kubeconfig, base)
         if command:
@@ -214,3 +223,32 @@ class Deployment:
             "subsets": [{"addresses": [{"ip": address}], "ports": ports}],
         }
         self.plane.apply([slice_, endpoints])
+
+
+def install_kustomize(plane: ControlPlane, work: Path, policy: str) -> Deployment:
+    """The README's Deploy steps with kustomize (the namespace, `gpupack certs`, the TLS Secret, `kubectl apply -k
+    manifests/`, the caBundle patch), then the policy ConfigMap set to `policy` as an admin edits it. Returns the
+    rendered objects, ready to run their pods."""
+    namespace = "gpupack-system"
+    plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
+    certs = work / "certs"
+    issued = subprocess.run(
+        [*GPUPACK, "certs", "--out", str(certs), "--service", "gpupack-webhook", "--namespace", namespace],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    plane.kubectl(
+        "-n", namespace, "create", "secret", "tls", "gpupack-webhook-tls",
+        f"--cert={certs / 'tls.crt'}", f"--key={certs / 'tls.key'}",
+    )  # fmt: skip
+    plane.kubectl("apply", "-k", str(ROOT / "manifests"))
+    bundle = issued.stdout.strip()
+    patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in (0, 1)]
+    plane.kubectl("patch", "mutatingwebhookconfiguration", "gpupack", "--type=json", "-p", json.dumps(patch))
+    found = plane.get(f"/api/v1/namespaces/{namespace}/configmaps/gpupack-policy")
+    found["data"]["policy.yaml"] = policy
+    plane.request("PUT", f"/api/v1/namespaces/{namespace}/configmaps/gpupack-policy", found)
+    rendered = plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
+    return Deployment(plane, [d for d in yaml.safe_load_all(rendered) if d], work / "pods")

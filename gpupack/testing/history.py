@@ -207,17 +207,22 @@ def backfill_chunked(
     return samples, largest
 
 
-def _config(rule_files: Sequence[Path], evaluation_interval: str | None) -> str:
-    """prometheus.yml: no scrape config; the rule files and the evaluation interval when given (JSON is YAML)."""
+def _config(rule_files: Sequence[Path], evaluation_interval: str | None, scrape: Sequence[str] = ()) -> str:
+    """prometheus.yml: the rule files, the evaluation interval and the scrape targets (`host:port`, every second)
+    when given (JSON is YAML)."""
     lines = [f"global: {{evaluation_interval: {evaluation_interval}}}" if evaluation_interval else "global: {}"]
     if rule_files:
         lines.append("rule_files:")
         lines += [f"  - {json.dumps(str(Path(path).resolve()))}" for path in rule_files]
+    if scrape:
+        job = {"job_name": "dcgm", "scrape_interval": "1s", "static_configs": [{"targets": list(scrape)}]}
+        lines.append(f"scrape_configs: [{json.dumps(job)}]")
     return "\n".join(lines) + "\n"
 
 
 class PrometheusServer:
-    """`prometheus` on a free loopback port over a TSDB directory, no scrape target; stop() or `with`.
+    """`prometheus` on a free loopback port over a TSDB directory, scraping `scrape` targets every second when
+    given (a test's exporter), else none; stop() or `with`.
 
     The retention must reach back to the oldest backfilled sample, or Prometheus deletes those blocks when it
     starts: `retention_days` (10 years by default) is checked against `oldest`. Compaction is kept to the 2 h
@@ -237,6 +242,7 @@ class PrometheusServer:
         extra: Sequence[str] = (),
         rule_files: Sequence[Path] = (),
         evaluation_interval: str | None = None,
+        scrape: Sequence[str] = (),
     ) -> None:
         if oldest < time.time() - retention_days * 86400:
             raise ValueError(f"samples from {oldest:.0f} are older than {retention_days} days of retention")
@@ -244,7 +250,7 @@ class PrometheusServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._dir = Path(tempfile.mkdtemp(prefix="gpupack-prometheus-"))
         config = self._dir / "prometheus.yml"
-        config.write_text(_config(rule_files, evaluation_interval))
+        config.write_text(_config(rule_files, evaluation_interval, scrape))
         self.log = self._dir / "prometheus.log"
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(

@@ -1,0 +1,288 @@
+"""Preemption on a real control plane, deployed as shipped: kube-scheduler's dry run, the extender's preempt verb,
+the victims deleted and the preemptors bound. One cluster per scenario.
+
+GPU utilization comes from a real Prometheus scraping, every second, an exporter that writes the DCGM exporter's
+text (`gpupack.testing.dcgm`: the real exporter needs GPUs). Victims are pods bound at creation (`spec.nodeName`)
+and started (`status.startTime`, which kube-scheduler reads to choose among equal victims), and the kubelet
+stand-in removes the pods kube-scheduler deletes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Node, exposition
+from gpupack.testing.history import PROMETHEUS, PrometheusServer
+from tests.control_plane import ControlPlane, Kubelet, forbidden_lines, wait_until
+from tests.deployed import Deployment, install_kustomize
+
+pytestmark = pytest.mark.timeout(600)
+NS = "ml"
+A100 = {
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/mig.config": "all-balanced",
+    "nvidia.com/mig.strategy": "mixed",
+}
+A100_MIG = {"nvidia.com/mig-1g.5gb": "16", "nvidia.com/mig-2g.10gb": "8", "nvidia.com/mig-3g.20gb": "8"}
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
+T4 = {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "4", "nvidia.com/gpu.replicas": "4"}
+M1G = "nvidia.com/mig-1g.5gb"
+PROMETHEUS_SERVICE = "http://prometheus-operated.monitoring.svc:9090"
+
+
+class Exporter:
+    """An HTTP `/metrics` that writes the DCGM exporter's text for the nodes it is given (changed at will)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = exposition(outer.nodes).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def mig_gpus(activity: float) -> list[Gpu | MigGpu]:
+    """Eight A100s in `all-balanced`, every instance at `activity`."""
+    layout = [("1g.5gb", 1), ("1g.5gb", 2), ("2g.10gb", 3), ("3g.20gb", 4)]
+    return [MigGpu([MigInstance(p, i, activity) for p, i in layout]) for _ in range(8)]
+
+
+@dataclass
+class Cluster:
+    plane: ControlPlane
+    deployment: Deployment
+    exporter: Exporter
+    prometheus: str
+    created: dict[str, str] = field(default_factory=dict)
+    """Victim name -> node it was bound to."""
+
+    def start(self, nodes: dict[str, tuple[dict[str, str], dict[str, str], Node | None]]) -> None:
+        """The nodes (allocatable, labels, what their exporter writes), then gpupack's pods (the webhook reads the
+        nodes' MIG profiles when it starts), the leader and the live data."""
+        for name, (allocatable, labels, _) in nodes.items():
+            self.plane.node(name, {"cpu": "96", "memory": "1000Gi", **allocatable}, labels)
+        self.exporter.nodes = [exported for _, _, exported in nodes.values() if exported is not None]
+        deployment = self.deployment
+        deployment.run("gpupack-webhook")
+        deployment.endpoints("gpupack-webhook", "gpupack-webhook")
+        deployment.run("gpupack-scheduler", services={PROMETHEUS_SERVICE: self.prometheus})
+        wait_until(lambda: deployment.pods["gpupack-webhook"].probe("webhook") == 200, 60, "webhook ready")
+        wait_until(lambda: deployment.pods["gpupack-scheduler"].probe("extender") == 200, 60, "extender ready")
+        path = "/apis/coordination.k8s.io/v1/namespaces/gpupack-system/leases/gpupack-scheduler"
+        wait_until(lambda: (self.plane.get(path) or {}).get("spec", {}).get("holderIdentity"), 60, "the leader")
+        live_data(self, [n.name for n in self.exporter.nodes])
+
+    def victim(
+        self,
+        name: str,
+        node: str,
+        labels: dict[str, str],
+        resource: str,
+        started: datetime.datetime,
+        app: str | None = None,
+    ) -> None:
+        """A pod already running on `node`: created bound, then started (as a kubelet reports it)."""
+        found = {f"gpupack.io/{k}": v for k, v in labels.items()} | ({"app": app} if app else {})
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": found},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "image": "registry.example/job:1",
+                                "resources": {"limits": {resource: "1"}, "requests": {resource: "1"}}}],
+            },
+        }  # fmt: skip
+        self.plane.apply([body])
+        stamp = started.strftime("%Y-%m-%dT%H:%M:%SZ")
+        status = {
+            "status": {"phase": "Running", "startTime": stamp, "conditions": [{"type": "Ready", "status": "True"}]}
+        }
+        self.plane.request(
+            "PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", status, "application/strategic-merge-patch+json"
+        )
+        self.created[name] = node
+
+    def preemptor(self, name: str, labels: dict[str, str]) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": {f"gpupack.io/{k}": v for k, v in labels.items()}},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/model:1"}]},
+        }
+        self.plane.apply([body])
+
+    def deleted(self) -> dict[str, str]:
+        """The victims gone, and the node each was on."""
+        alive = {p["metadata"]["name"] for p in self.plane.pods(NS)}
+        return {name: node for name, node in self.created.items() if name not in alive}
+
+    def extender_stats(self) -> str:
+        return self.deployment.pods["gpupack-scheduler"].processes["extender"].text()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    if not Path(PROMETHEUS).exists():
+        pytest.skip("no prometheus (`make test` installs Debian's)")
+    exporter = Exporter()
+    prometheus = PrometheusServer(tmp_path / "tsdb", oldest=time.time(), retention_days=1, scrape=[exporter.address])
+    plane = ControlPlane(tmp_path / "plane")
+    try:
+        plane.start()
+        prometheus.wait_ready()
+        deployment = install_kustomize(plane, tmp_path, "mode: enforce\n")
+        plane.namespace(NS)
+        with Kubelet(plane):
+            yield Cluster(plane, deployment, exporter, prometheus.url)
+        refused = {n: forbidden_lines(t) for n, t in plane.logs().items() if n != "kube-apiserver"}
+        assert all(not lines for lines in refused.values()), refused
+    finally:
+        plane.stop()
+        prometheus.stop()
+        exporter.close()
+
+
+def live_data(cluster: Cluster, nodes: list[str]) -> None:
+    """Until the extender reads fresh GPU data for every one of `nodes` (its /state says so)."""
+    import json
+    import urllib.request
+
+    port = cluster.deployment.pods["gpupack-scheduler"].ports["8888"]
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=5) as answer:
+            state = json.loads(answer.read())["nodes"]
+        return all(
+            (gpus := state.get(n, {}).get("utilization")) and all(g["fresh"] for g in gpus.values()) for n in nodes
+        )
+
+    wait_until(ready, 90, f"live GPU data for {nodes}")
+
+
+NOW = datetime.datetime.now(datetime.UTC)
+CRITICAL = {"workload": "inference", "gpu-memory": "4Gi"}
+
+
+def test_a_hot_node_loses_no_pod_and_the_victims_all_fall_where_the_preemptors_go(cluster: Cluster) -> None:
+    # The issue's case: `hot` is full of batch pods whose MIG instances run at 95 %, `cool` full of training pods
+    # at 50 %. Three latency-critical inference pods need a 1g.5gb each. kube-scheduler would preempt the batch
+    # pods first (lowest priority), but the extender refuses the hot node: 3 training victims on `cool`, none on
+    # `hot`, and the three pods land on `cool`.
+    plane = cluster.plane
+    cluster.start({
+        "hot": (A100_MIG, A100, Node("hot", mig_gpus(0.95), model="NVIDIA A100-SXM4-40GB")),
+        "cool": (A100_MIG, A100, Node("cool", mig_gpus(0.5), model="NVIDIA A100-SXM4-40GB")),
+    })  # fmt: skip
+    for i in range(16):
+        cluster.victim(f"sweep-{i}", "hot", {"workload": "batch"}, M1G, NOW - datetime.timedelta(hours=1))
+        cluster.victim(f"train-{i}", "cool", {"workload": "training"}, M1G, NOW - datetime.timedelta(hours=1))
+    for i in range(3):
+        cluster.preemptor(f"chat-{i}", CRITICAL)
+    bound = [plane.scheduled(NS, f"chat-{i}", 120) for i in range(3)]
+    assert {p["spec"]["nodeName"] for p in bound} == {"cool"}
+    gone = cluster.deleted()
+    assert len(gone) == 3 and set(gone.values()) == {"cool"}, gone
+
+
+def test_mig_and_time_sliced_preemption_kill_one_victim_each(cluster: Cluster) -> None:
+    # A MIG node and a time-sliced T4 node, both full of batch pods. One 1g.5gb inference pod and one latency-
+    # tolerant time-sliced inference pod: one batch pod dies on each node, and each preemptor lands there.
+    plane = cluster.plane
+    t4 = {**T4, "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    cluster.start({
+        "mig": (A100_MIG, A100, Node("mig", mig_gpus(0.3), model="NVIDIA A100-SXM4-40GB")),
+        "t4": ({"nvidia.com/gpu.shared": "16"}, t4, Node("t4", [Gpu(30.0) for _ in range(4)], model="Tesla T4")),
+    })  # fmt: skip
+    started = NOW - datetime.timedelta(hours=1)
+    for i in range(16):
+        cluster.victim(f"mig-batch-{i}", "mig", {"workload": "batch"}, M1G, started)
+        cluster.victim(f"t4-batch-{i}", "t4", {"workload": "batch"}, "nvidia.com/gpu.shared", started)
+    cluster.preemptor("embed", CRITICAL)
+    cluster.preemptor("ocr", {"workload": "inference", "latency": "tolerant"})
+    assert plane.scheduled(NS, "embed", 120)["spec"]["nodeName"] == "mig"
+    assert plane.scheduled(NS, "ocr", 120)["spec"]["nodeName"] == "t4"
+    gone = cluster.deleted()
+    assert sorted(gone.values()) == ["mig", "t4"], gone
+
+
+def test_checkpointing_training_is_preempted_before_training_that_does_not_checkpoint(cluster: Cluster) -> None:
+    # Two H100 nodes full of training pods of the same priority; on `plain` they do not checkpoint and started
+    # later, so kube-scheduler alone picks `plain` (its last rule: the latest start time). The extender keeps only
+    # `ckpt`: the checkpointing job loses minutes, the other its whole run.
+    plane = cluster.plane
+    cluster.start({
+        "ckpt": ({"nvidia.com/gpu": "8"}, H100, Node("ckpt", [Gpu(60.0) for _ in range(8)])),
+        "plain": ({"nvidia.com/gpu": "8"}, H100, Node("plain", [Gpu(60.0) for _ in range(8)])),
+    })  # fmt: skip
+    for i in range(8):
+        cluster.victim(f"ckpt-{i}", "ckpt", {"workload": "training", "checkpoint": "true"}, "nvidia.com/gpu",
+                       NOW - datetime.timedelta(hours=3))  # fmt: skip
+        cluster.victim(
+            f"plain-{i}", "plain", {"workload": "training"}, "nvidia.com/gpu", NOW - datetime.timedelta(hours=1)
+        )
+    cluster.preemptor("llm", {"workload": "inference", "sharing": "exclusive", "latency": "tolerant"})
+    assert plane.scheduled(NS, "llm", 120)["spec"]["nodeName"] == "ckpt"
+    gone = cluster.deleted()
+    assert len(gone) == 1 and set(gone.values()) == {"ckpt"}, gone
+
+
+def test_a_pod_disruption_budget_is_kept_when_another_candidate_exists(cluster: Cluster) -> None:
+    # Two H100 nodes full of batch pods; a PodDisruptionBudget guards the pods of `guarded`, which started later
+    # (kube-scheduler's last rule would pick that node). Without a disruption controller the budget's status
+    # allows no disruption, so evicting one of them violates it: the victim is on `free`.
+    plane = cluster.plane
+    cluster.start({
+        "guarded": ({"nvidia.com/gpu": "8"}, H100, Node("guarded", [Gpu(60.0) for _ in range(8)])),
+        "free": ({"nvidia.com/gpu": "8"}, H100, Node("free", [Gpu(60.0) for _ in range(8)])),
+    })  # fmt: skip
+    for i in range(8):
+        cluster.victim(f"guarded-{i}", "guarded", {"workload": "batch"}, "nvidia.com/gpu", NOW, app="guarded")
+        cluster.victim(f"free-{i}", "free", {"workload": "batch"}, "nvidia.com/gpu", NOW - datetime.timedelta(hours=2))
+    plane.apply([{
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded", "namespace": NS},
+        "spec": {"minAvailable": 8, "selector": {"matchLabels": {"app": "guarded"}}},
+    }])  # fmt: skip
+    cluster.preemptor("llm", {"workload": "inference", "sharing": "exclusive", "latency": "tolerant"})
+    assert plane.scheduled(NS, "llm", 120)["spec"]["nodeName"] == "free"
+    gone = cluster.deleted()
+    assert len(gone) == 1 and set(gone.values()) == {"free"}, gone
+
+
+def test_preemption_still_works_with_the_extender_killed(cluster: Cluster) -> None:
+    # `ignorable: true`: kube-scheduler skips the extender that does not answer, for the preempt verb too.
+    plane = cluster.plane
+    cluster.start({"h": ({"nvidia.com/gpu": "8"}, H100, Node("h", [Gpu(60.0) for _ in range(8)]))})
+    for i in range(8):
+        cluster.victim(f"sweep-{i}", "h", {"workload": "batch"}, "nvidia.com/gpu", NOW)
+    cluster.deployment.stop("gpupack-scheduler", "extender")
+    cluster.preemptor("llm", {"workload": "inference", "sharing": "exclusive", "latency": "tolerant"})
+    assert plane.scheduled(NS, "llm", 120)["spec"]["nodeName"] == "h"
+    assert len(cluster.deleted()) == 1
