@@ -164,7 +164,7 @@ def test_a_node_is_cordoned_relabelled_reconfigured_and_uncordoned(cluster: MigC
 
 def test_the_wait_follows_absent_then_pending_then_success(cluster: MigCluster) -> None:
     cluster.add("n1", allocatable=OLD)
-    cluster.manager.notice_delay, cluster.manager.apply_delay = 0.3, 0.3
+    cluster.manager.notice_delay, cluster.manager.apply_delay = 0.5, 0.5
     apply(cluster, [change()])
     requests = cluster.requests()
     relabel = next(i for i, r in enumerate(requests) if r.verb == "patch" and CONFIG in json.dumps(r.body))
@@ -416,7 +416,7 @@ def test_a_node_missing_from_the_start_is_vanished_and_untouched(cluster: MigClu
 def test_the_metrics_are_written_in_the_textfile_format(cluster: MigCluster, tmp_path: Path) -> None:
     cluster.add("n1", allocatable=OLD)
     cluster.add("n2", allocatable=OLD, mode="stuck-pending")
-    options = ApplyOptions(timeout=3.0, allocatable_timeout=30.0, poll=0.05, max_unavailable=1.0)
+    options = ApplyOptions(timeout=4.0, allocatable_timeout=30.0, poll=0.05, max_unavailable=1.0)
     _, metrics = apply(cluster, [change("n1"), change("n2")], options)
     path = tmp_path / "gpupack_mig_apply.prom"
     write_metrics(metrics, path)
@@ -571,7 +571,7 @@ def test_a_node_the_mig_manager_fails_is_left_cordoned_with_its_warning_and_the_
     cluster.manager.modes["a100-1"] = mode
     metrics = tmp_path / "mig.prom"
     done = mig_plan(
-        cluster, "--apply", "--mig-config-map", WHERE, "--poll", "0.05", "--timeout", "2",
+        cluster, "--apply", "--mig-config-map", WHERE, "--poll", "0.05", "--timeout", "3",
         "--metrics-file", str(metrics), "--json",
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
