@@ -1,9 +1,11 @@
 """A fake kube-apiserver at the HTTP level holding Nodes and Pods, with a simulated NVIDIA MIG manager, for
-`mig-plan --apply` through the real kubernetes client.
+`mig-plan --apply` through the real kubernetes client, and the node and pod builders the pure tests use.
 
-The MIG manager acts as `reconfigure-mig.sh` does: when a node's `nvidia.com/mig.config` changes it sets
-`nvidia.com/mig.config.state=pending`, later `success` (or `failed`), and the device plugin then advertises the
-layout's instances in `status.allocatable`. Per node, a `Mode` picks one of the failures seen in the field.
+It stays for the API server's faults a real one cannot be made to answer on demand: a 500 on a patch or on reads,
+and a 409 conflict (per node, a `Mode`). The MIG manager acts as `reconfigure-mig.sh` does: when a node's
+`nvidia.com/mig.config` changes it sets `nvidia.com/mig.config.state=pending`, then `success`, and the device plugin
+advertises the layout's instances in `status.allocatable`. Everything else, with a MIG manager that fails, hangs
+or creates no instances, runs on the real control plane (`tests/mig_manager_real.py`).
 """
 
 from __future__ import annotations
@@ -25,12 +27,6 @@ STATE = "nvidia.com/mig.config.state"
 
 Mode = Literal[
     "ok",
-    "stuck-pending",  # gpu-operator #2833: pending forever
-    "failed",
-    "success-no-instances",  # mig-parted #18: "applied successfully", no instances created
-    "slow-allocatable",  # success, the device plugin advertises the instances only later
-    "vanishes",  # the node is deleted while the MIG manager works on it
-    "patch-403",
     "patch-500",
     "conflict-once",  # the first PATCH answers 409
 ]
@@ -140,15 +136,11 @@ class FakeMigCluster:
     notice_delay: float = 0.05
     """Seconds before the MIG manager notices a config change and sets pending (the state is absent meanwhile)."""
     apply_delay: float = 0.1
-    """Seconds from pending to success or failed."""
-    allocatable_delay: float = 0.3
-    """Seconds from success to the instances in allocatable, in `slow-allocatable` mode."""
+    """Seconds from pending to success."""
     fail_gets: dict[str, int] = field(default_factory=dict)
     """Node name -> how many of its next GETs answer 500 (-1: all of them)."""
     on_patch: list[Any] = field(default_factory=list)
     """Callables (node name, patch) run after each PATCH is applied: a test's way to act between two requests."""
-    config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    """ConfigMaps by (namespace, name): the MIG manager's layouts."""
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     def add(self, *nodes: dict[str, Any]) -> None:
@@ -199,12 +191,6 @@ class FakeMigCluster:
         call = await self._record(request)
         name = request.match_info["name"]
         mode = self.modes.get(name, "ok")
-        if mode == "patch-403":
-            message = (
-                f'nodes "{name}" is forbidden: User "mig-planner" cannot patch resource "nodes" in API group "" '
-                "at the cluster scope"
-            )
-            return status(403, "Forbidden", message, name)
         if mode == "patch-500":
             return status(500, "InternalError", "Internal error occurred: etcdserver: request timed out", name)
         if mode == "conflict-once":
@@ -241,13 +227,6 @@ class FakeMigCluster:
             {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}
         )
 
-    async def get_config_map(self, request: web.Request) -> web.Response:
-        await self._record(request)
-        key = (request.match_info["namespace"], request.match_info["name"])
-        if key not in self.config_maps:
-            return status(404, "NotFound", f'configmaps "{key[1]}" not found', key[1], kind="configmaps")
-        return web.json_response(self.config_maps[key])
-
     async def create_event(self, request: web.Request) -> web.Response:
         call = await self._record(request)
         event = dict(call.body)
@@ -279,24 +258,11 @@ class FakeMigCluster:
         self._tasks[name] = asyncio.get_running_loop().create_task(self._manage(name, config))
 
     async def _manage(self, name: str, config: str) -> None:
-        mode = self.modes.get(name, "ok")
         await asyncio.sleep(self.notice_delay)
-        if mode == "vanishes":
-            self.nodes.pop(name, None)
-            return
         self._label(name, "pending")
-        if mode == "stuck-pending":
-            return
         await asyncio.sleep(self.apply_delay)
-        if mode == "failed":
-            self._label(name, "failed")
-            return
         self._advertise(name, {})  # the device plugin restarts: the old instances are gone
         self._label(name, "success")
-        if mode == "success-no-instances":
-            return
-        if mode == "slow-allocatable":
-            await asyncio.sleep(self.allocatable_delay)
         self._advertise(name, self.layouts[config])
 
     async def _cleanup(self, app: web.Application) -> None:
@@ -310,6 +276,5 @@ class FakeMigCluster:
         app.router.add_patch("/api/v1/nodes/{name}", self.patch_node)
         app.router.add_get("/api/v1/pods", self.list_pods)
         app.router.add_post("/api/v1/namespaces/{namespace}/events", self.create_event)
-        app.router.add_get("/api/v1/namespaces/{namespace}/configmaps/{name}", self.get_config_map)
         app.on_cleanup.append(self._cleanup)
         return app

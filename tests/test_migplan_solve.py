@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from functools import cache
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -229,3 +230,37 @@ def test_a_node_that_already_holds_a_planned_layout_keeps_it() -> None:
     assert result.idle == ("a1", "a2")
     # without such a node, the first by name
     assert [n.node for n in plan(demand(**{"1g_5gb": 16, "2g_10gb": 8, "3g_20gb": 8}), nodes(3)).nodes] == ["a1"]
+
+
+def test_the_merged_config_map_keeps_the_admins_layouts_and_metadata_but_not_kubectls_last_applied_copy() -> None:
+    """A ConfigMap made with `kubectl apply` carries its old content in an annotation: written back it would show
+    the old layouts beside the new in the file the admin reviews."""
+    from gpupack.migplan.config import LAST_APPLIED, merged_config_map
+
+    (planned,) = plan(demand(**{"1g_10gb": 2, "3g_20gb": 1}), nodes(1)).nodes
+    old = "version: v1\nmig-configs:\n  all-balanced: []\n"
+    live = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "layouts",
+            "namespace": "gpu-operator",
+            "labels": {"team": "gpu"},
+            "annotations": {LAST_APPLIED: '{"data": {"config.yaml": "old"}}', "owner": "platform"},
+            "resourceVersion": "42",
+            "uid": "u-1",
+        },
+        "data": {"config.yaml": old, "notes": "kept"},
+    }
+    merged = merged_config_map(live, [planned])
+    assert merged["metadata"] == {
+        "name": "layouts",
+        "namespace": "gpu-operator",
+        "labels": {"team": "gpu"},
+        "annotations": {"owner": "platform"},
+    }
+    assert merged["data"]["notes"] == "kept"
+    layouts = yaml.safe_load(merged["data"]["config.yaml"])["mig-configs"]
+    assert layouts == {"all-balanced": [], **mig_parted_config([planned])["mig-configs"]}
+    del live["metadata"]["annotations"]["owner"]
+    assert "annotations" not in merged_config_map(live, [planned])["metadata"]

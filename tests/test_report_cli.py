@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpupack.cli import main
+from gpupack.testing.net import free_port, write_kubeconfig
 from tests.report_cluster_kit import node, pod
 
 START = 1_796_032_800.0  # 2026-11-30T10:00:00Z
@@ -114,3 +115,13 @@ def test_a_bad_log_or_cluster_file_is_named(files: dict[str, Path], capsys: pyte
     files["cluster"].write_text("{not json")
     assert main(["report", "--nvidia-smi", str(files["hot"]), "--cluster", str(files["cluster"])]) == 2
     assert "cluster.json: not JSON" in capsys.readouterr().err
+
+
+def test_an_api_server_that_does_not_answer_is_one_line_naming_the_list(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", free_port())
+    assert main(["report", "--nvidia-smi", str(files["idle"]), "--kubeconfig", str(kubeconfig)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err  # urllib3 logs its retries before; the command's own word is the last line
+    assert err.splitlines()[-1] == "gpupack report: LIST nodes: no answer: Connection refused"

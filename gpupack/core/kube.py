@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import orjson
 import yaml
@@ -159,25 +159,45 @@ class ClusterFactsCache:
             await asyncio.sleep(interval())
 
 
+CLUSTER_LISTS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("Node", "", "nodes"),
+    ("Pod", "", "pods"),
+    ("PodDisruptionBudget", "policy", "poddisruptionbudgets"),
+    ("DaemonSet", "apps", "daemonsets"),
+)
+"""What `gpupack report` lists, in all namespaces, as (kind, API group, resource): its RBAC is `list` on each of
+these resources in a ClusterRole bound by a ClusterRoleBinding, and nothing else."""
+
+
+def resource_name(group: str, resource: str) -> str:
+    """`poddisruptionbudgets.policy`, `nodes`: a resource as RBAC and `kubectl auth can-i` name it."""
+    return f"{resource}.{group}" if group else resource
+
+
 class KubeClusterObjects:
-    """Lists what `gpupack report` judges: nodes, pods, PodDisruptionBudgets and DaemonSets (all namespaces),
-    paginated and raw, each item given its kind (list items carry none)."""
+    """Lists what `gpupack report` judges (`CLUSTER_LISTS`: nodes, pods, PodDisruptionBudgets and DaemonSets, all
+    namespaces), paginated and raw, each item given its kind (list items carry none)."""
 
     def __init__(self, api: client.ApiClient) -> None:
         core, policy, apps = client.CoreV1Api(api), client.PolicyV1Api(api), client.AppsV1Api(api)
-        self._calls: list[tuple[str, Callable[..., Any]]] = [
-            ("Node", core.list_node),
-            ("Pod", core.list_pod_for_all_namespaces),
-            ("PodDisruptionBudget", policy.list_pod_disruption_budget_for_all_namespaces),
-            ("DaemonSet", apps.list_daemon_set_for_all_namespaces),
-        ]
+        calls: dict[str, Callable[..., Any]] = {
+            "Node": core.list_node,
+            "Pod": core.list_pod_for_all_namespaces,
+            "PodDisruptionBudget": policy.list_pod_disruption_budget_for_all_namespaces,
+            "DaemonSet": apps.list_daemon_set_for_all_namespaces,
+        }
+        self._calls = [(kind, resource_name(group, resource), calls[kind]) for kind, group, resource in CLUSTER_LISTS]
 
     def read(self) -> list[dict[str, Any]]:
-        """Every object of the four kinds. Raises the client's errors (ApiException, urllib3's) as they are."""
+        """Every object of the four kinds. Raises `KubeCallFailed` naming the list that failed (`LIST
+        poddisruptionbudgets.policy`) with the API server's status and message, or "no answer"."""
         objects: list[dict[str, Any]] = []
-        for kind, call in self._calls:
-            for page, _ in list_pages(call):
-                objects += [{**item, "kind": kind} for item in page if isinstance(item, dict)]
+        for kind, resource, call in self._calls:
+            try:
+                for page, _ in list_pages(call):
+                    objects += [{**item, "kind": kind} for item in page if isinstance(item, dict)]
+            except Exception as exc:
+                raise _call_failed(f"LIST {resource}", exc) from exc
         return objects
 
 

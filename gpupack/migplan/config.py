@@ -19,6 +19,8 @@ from gpupack.migplan.solve import NodePlan
 
 CONFIG_KEY = "config.yaml"
 """The key of the MIG manager's ConfigMap that holds the mig-parted document."""
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+"""The annotation `kubectl apply` keeps the whole object in, as it was last applied."""
 
 
 def config_name(plan: NodePlan) -> str:
@@ -66,15 +68,21 @@ def merged_config_map(config_map: Mapping[str, Any], nodes: Iterable[NodePlan]) 
     """The MIG manager's ConfigMap with the plan's layouts added to its `config.yaml` (`kubectl apply -f` it).
 
     A custom ConfigMap replaces mig-parted's stock layouts, so the ones it holds are kept as they are, and a layout
-    of the same name is replaced (the name is a digest of the layout: the same name is the same layout). Raises
-    ValueError when the ConfigMap holds no mig-parted document.
+    of the same name is replaced (the name is a digest of the layout: the same name is the same layout). Its name,
+    namespace, labels and annotations are kept, but not kubectl's `last-applied-configuration`: that is the old
+    content again, which a reviewer of the file would read as part of the change and `kubectl apply` rewrites
+    anyway. Raises ValueError when the ConfigMap holds no mig-parted document.
     """
     meta = config_map.get("metadata") or {}
     document = mig_parted_document(config_map)
     document["mig-configs"] = {**document["mig-configs"], **mig_parted_config(nodes)["mig-configs"]}
+    kept = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != LAST_APPLIED}
+    if annotations:
+        kept["annotations"] = annotations
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta},
+        "metadata": kept,
         "data": {**(config_map.get("data") or {}), CONFIG_KEY: yaml.safe_dump(document, sort_keys=False)},
     }

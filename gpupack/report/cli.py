@@ -111,10 +111,17 @@ def _cluster(args: argparse.Namespace) -> Cluster | None:
     if args.cluster:
         return read_cluster_file(args.cluster)
     if args.kubeconfig is not None or args.in_cluster:
-        from gpupack.core.kube import KubeClusterObjects, api_client
+        from gpupack.core.kube import CLUSTER_LISTS, KubeCallFailed, KubeClusterObjects, api_client, resource_name
 
         reader = KubeClusterObjects(api_client(args.kubeconfig, args.in_cluster))
-        return from_objects(reader.read(), "the API")
+        try:
+            objects = reader.read()
+        except KubeCallFailed as exc:
+            if exc.status != 403:
+                raise
+            *first, last = [resource_name(group, resource) for _, group, resource in CLUSTER_LISTS]
+            raise ValueError(f"{exc} (the report needs list on {', '.join(first)} and {last}, all namespaces)") from exc
+        return from_objects(objects, "the API")
     return None
 
 

@@ -1,0 +1,190 @@
+"""`gpupack report --kubeconfig` reading a real kube-apiserver as a ServiceAccount holding exactly the list
+permissions the report needs (`gpupack.core.kube.CLUSTER_LISTS`, which the README spells): it sees what the API
+holds, the same findings as from `kubectl get nodes,pods,pdb,daemonsets -A -o json`, and without one of the
+permissions it refuses in one line naming the resource."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupack.core.kube import CLUSTER_LISTS, resource_name
+from tests.audit_log import AuditLog, audited_plane, refusals, service_account_user, verbs
+from tests.control_plane import ROOT, ControlPlane, env_without_proxy
+from tests.test_report_cli import write_log
+
+pytestmark = pytest.mark.timeout(600)
+
+NAMESPACE = "gpupack-system"
+READER = "gpupack-report"
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+MERGE = "application/merge-patch+json"
+
+
+def cluster_role(name: str, lists: tuple[tuple[str, str, str], ...] = CLUSTER_LISTS) -> list[dict[str, Any]]:
+    """A ServiceAccount `name` with `list` on `lists`' resources, cluster-wide: what an admin gives the report."""
+    rules = [{"apiGroups": [group], "resources": [resource], "verbs": ["list"]} for _, group, resource in lists]
+    meta = {"name": name}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta, "rules": rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    ]
+
+
+def owned(kind: str, name: str) -> dict[str, Any]:
+    """An ownerReference to a controller (there is no garbage collector here to mind that it does not exist)."""
+    return {"apiVersion": "apps/v1", "kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}
+
+
+def pod(
+    name: str, node: str, owner: dict[str, Any] | None = None, labels: dict[str, str] | None = None, gpus: int = 0
+) -> dict[str, Any]:
+    """A pod bound to `node` with CPU and memory requests, and `gpus` whole GPUs."""
+    resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    container = {"name": "main", "image": "registry.example/app:1", "resources": resources}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": node, "containers": [container]}}
+
+
+@dataclass
+class Cluster:
+    plane: ControlPlane
+    audit: AuditLog
+    kubeconfig: Path
+    logs: list[str]
+    work: Path
+
+
+def running(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> None:
+    """Create the pod and report it Running, as its kubelet would."""
+    plane.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
+    path = f"/api/v1/namespaces/{namespace}/pods/{body['metadata']['name']}/status"
+    plane.request("PATCH", path, {"status": {"phase": "Running"}}, MERGE)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three A100 nodes (idle, underused, hot by their nvidia-smi logs) and what keeps the autoscaler from them: a
+    pod nothing recreates, a Deployment's pod whose PodDisruptionBudget allows no disruption, a DaemonSet's pod."""
+    work = tmp_path_factory.mktemp("report-real")
+    plane = audited_plane(work).start()
+    try:
+        for namespace in (NAMESPACE, "ml", "gpu-operator"):
+            plane.namespace(namespace)
+        logs = [str(write_log(work / f"{n}.csv", u)) for n, u in (("idle", 4), ("under", 20), ("hot", 95))]
+        for name in ("idle", "under", "hot"):
+            plane.node(name, {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"}, A100)
+        running(plane, "ml", pod("keep-x", "idle"))
+        web = {"app": "web", "pod-template-hash": "7d9f8c"}
+        running(plane, "ml", pod("web-7d9f8c-abcde", "under", owned("ReplicaSet", "web-7d9f8c"), web, gpus=1))
+        running(plane, "ml", pod("train-0", "hot", {**owned("Job", "train"), "apiVersion": "batch/v1"}, gpus=2))
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "ml"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        }
+        plane.request("POST", "/apis/policy/v1/namespaces/ml/poddisruptionbudgets", budget)
+        status = {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}
+        path = "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/web/status"
+        plane.request("PATCH", path, {"status": status}, MERGE)  # the disruption controller's count
+        labels = {"app": "dcgm-exporter"}
+        exporter = {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "dcgm-exporter", "namespace": "gpu-operator"},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "exporter", "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4"}]},
+                },
+            },
+        }
+        plane.request("POST", "/apis/apps/v1/namespaces/gpu-operator/daemonsets", exporter)
+        for node in ("idle", "under", "hot"):
+            daemon = pod(f"dcgm-exporter-{node}", node, owned("DaemonSet", "dcgm-exporter"), labels)
+            running(plane, "gpu-operator", daemon)
+        plane.apply(cluster_role(READER))
+        kubeconfig = plane.service_account_kubeconfig(NAMESPACE, READER)
+        yield Cluster(plane, AuditLog(work / "audit.log"), kubeconfig, logs, work)
+    finally:
+        plane.stop()
+
+
+def report(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "gpupack", "report", "--nvidia-smi", *cluster.logs, "--json", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env_without_proxy())
+
+
+def judged(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The report's document without the line naming where the cluster came from."""
+    assert done.returncode == 0, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return {k: v for k, v in document.items() if k != "source"}
+
+
+def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Cluster) -> None:
+    since = cluster.audit.mark()
+    live = report(cluster, "--kubeconfig", str(cluster.kubeconfig))
+    user = service_account_user(NAMESPACE, READER)
+    made = cluster.audit.requests(since, user)
+    assert refusals(made) == []
+    assert verbs(made) == {("list", group, resource) for _, group, resource in CLUSTER_LISTS}
+    assert all(r.namespace is None for r in made)  # all namespaces
+    listed = cluster.plane.kubectl(
+        "get", "nodes,pods,pdb,daemonsets", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
+    )
+    file = cluster.work / "cluster.json"
+    file.write_text(listed.stdout)
+    offline = report(cluster, "--cluster", str(file))
+    assert json.loads(live.stdout)["source"].endswith("cluster: the API")
+    assert judged(live) == judged(offline)
+    found = {(f["kind"], f["node"], f["pod"], f["evidence"].get("reason")) for f in judged(live)["findings"]}
+    assert ("idle-node", "idle", None, None) in found
+    assert ("scale-down-blocker", "idle", "ml/keep-x", "NotReplicated") in found  # a pod
+    assert ("scale-down-blocker", "under", "ml/web-7d9f8c-abcde", "NotEnoughPdb") in found  # its PDB's status
+    assert ("scale-down-blocker", "idle", None, "DaemonSetUtilization") in found  # the DaemonSet's pod
+    # the DaemonSet's pods never block, the Job's does not either (something recreates it)
+    assert not {f for f in found if f[2] and f[2].startswith(("gpu-operator/", "ml/train"))}
+
+
+@pytest.mark.parametrize("missing", CLUSTER_LISTS, ids=[kind for kind, _, _ in CLUSTER_LISTS])
+def test_without_one_list_permission_the_report_refuses_in_one_line_naming_the_resource(
+    cluster: Cluster, missing: tuple[str, str, str]
+) -> None:
+    name = f"report-without-{missing[2]}"
+    cluster.plane.apply(cluster_role(name, tuple(rule for rule in CLUSTER_LISTS if rule != missing)))
+    kubeconfig = cluster.plane.service_account_kubeconfig(NAMESPACE, name)
+    done = report(cluster, "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    resource = resource_name(missing[1], missing[2])
+    assert line.startswith(f"gpupack report: LIST {resource}: HTTP 403: ")
+    assert f'cannot list resource "{missing[2]}" in API group "{missing[1]}" at the cluster scope' in line
+    assert "the report needs list on nodes, pods, poddisruptionbudgets.policy and daemonsets.apps" in line
+
+
+def test_the_readme_names_the_permissions_the_report_reads_with() -> None:
+    text = " ".join((ROOT / "README.md").read_text().split())
+    wanted = ", ".join(f"`{resource_name(group, resource)}`" for _, group, resource in CLUSTER_LISTS[:-1])
+    last = resource_name(*CLUSTER_LISTS[-1][1:])
+    assert f"needs `list` on {wanted} and `{last}`" in text
