@@ -16,7 +16,9 @@ Measured per server and verb:
     with wrk's `delay()`, so wrk stays closed-loop: a stall delays later requests instead of queueing them)
     (target p99 <= 10 ms), and both verbs together as the scheduler calls them, `--rate` pods/s;
   - VmRSS (and VmHWM, the peak) of the server after loading the state (target <= 600 MB);
-  - CPU the idle server burns in the background (live-metrics refresh), over 5 s.
+  - CPU the idle server burns in the background (live-metrics refresh), over 5 s;
+  - the preempt verb's latency at `--preempt-rate` calls/s, each ExtenderPreemptionArgs naming `--candidates`
+    nodes (5,000: every node) with up to two victims each (target p99 <= 1 s, half the shipped httpTimeout).
 Then, in-process on CPU 0: the watch cache absorbing 150,000 pod ADDED events and 150,000 MODIFIED / DELETED
 events (JSON lines decoded with orjson, then `extender.changes.apply_events`), against a baseline of the same
 decodes and dict stores (target >= 5,000 events/s).
@@ -43,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from bench.extender.cluster import Cluster, generate, pod_items, request_bodies
+from bench.extender.cluster import Cluster, generate, pod_items, preemption_bodies, request_bodies
 from bench.wrk import read_report
 from gpupack.core.argtypes import positive_float, positive_int
 from gpupack.testing.net import free_port, wait_port
@@ -52,6 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench/results"
 SERVER_CPU, CLIENT_CPU = "0", "1"
 TARGET_P99_MS, TARGET_RATIO, TARGET_RSS_MB, TARGET_EVENTS = 10.0, 0.5, 600.0, 5000.0
+TARGET_PREEMPT_P99_MS = 1000.0
+"""Half the shipped `httpTimeout` (2 s): a preempt call is made once per preemption, with up to every node."""
 VERBS = ("filter", "prioritize")
 
 
@@ -270,6 +274,7 @@ def measure_server(
     for verb in VERBS:
         runs[f"{verb} @{args.rate:g}/s"] = run_wrk(server, scripts[f"{verb}-paced"], args.connections, args.duration)
     runs[f"both @{args.rate:g} pods/s"] = run_wrk(server, scripts["both-paced"], args.connections, args.duration)
+    runs[f"preempt @{args.preempt_rate:g}/s"] = run_wrk(server, scripts["preempt-paced"], 1, args.duration)
     out["runs"] = runs
     out["rss_after_mb"] = server.status_kb("VmRSS") / 1024
     if server.name == "gpupack":
@@ -424,6 +429,15 @@ def checks(results: dict[str, Any], rate: float) -> list[tuple[str, str, bool]]:
         ratio, low, high = sat["ratio"], sat["ratios"][0], sat["ratios"][-1]
         measured = f"{ratio:.0%} ({low:.0%}-{high:.0%})"
         out.append((f"{verb} throughput >= {TARGET_RATIO:.0%} of bare (median)", measured, ratio >= TARGET_RATIO))
+    bare_preempt = results["servers"]["bare"]["runs"]
+    run = f"preempt @{results['settings']['preempt_rate']:g}/s"
+    p99 = gp["runs"][run]["p99_ms"]
+    baseline = bare_preempt[run]["p99_ms"]
+    out.append((
+        f"preempt p99 at {results['cluster']['preempt_candidates']:,} candidates <= {TARGET_PREEMPT_P99_MS:g} ms",
+        f"{p99:.1f} ms (bare {baseline:.1f})",
+        p99 <= TARGET_PREEMPT_P99_MS,
+    ))  # fmt: skip
     rss = max(gp["rss_mb"], gp["rss_after_mb"])
     out.append(
         (f"gpupack RSS <= {TARGET_RSS_MB:g} MB", f"{rss:.0f} MB (peak {gp['peak_rss_mb']:.0f})", rss <= TARGET_RSS_MB)
@@ -456,6 +470,8 @@ def main() -> int:
     parser.add_argument("--nodes", type=positive_int, default=5000)
     parser.add_argument("--pods", type=positive_int, default=150_000)
     parser.add_argument("--names", type=positive_int, default=500, help="node names per ExtenderArgs")
+    parser.add_argument("--candidates", type=positive_int, default=5000, help="candidate nodes per preempt call")
+    parser.add_argument("--preempt-rate", type=positive_float, default=2.0, help="preempt calls/s in its latency run")
     parser.add_argument("--data", type=Path, help="write the generated cluster here (kept), not in a temp dir")
     parser.add_argument("--tls", action="store_true", help="serve both over HTTPS (default plain HTTP)")
     parser.add_argument(
@@ -476,6 +492,7 @@ def main() -> int:
         cluster = generate(data, args.nodes, args.pods)
         generated = time.monotonic() - started
         bodies = request_bodies(cluster, args.names)
+        preempting = preemption_bodies(cluster, args.candidates)
         scripts: dict[str, Path] = {}
         paced_delay = args.connections * 1000 / args.rate
         for verb in VERBS:
@@ -487,6 +504,8 @@ def main() -> int:
         scripts["both-saturation"].write_text(lua_script(bodies, ["/filter", "/prioritize"], None))
         scripts["both-paced"] = work / "both-paced.lua"
         scripts["both-paced"].write_text(lua_script(bodies, ["/filter", "/prioritize"], paced_delay / 2))
+        scripts["preempt-paced"] = work / "preempt-paced.lua"
+        scripts["preempt-paced"].write_text(lua_script(preempting, ["/preempt"], 1000 / args.preempt_rate))
         tls: list[str] = []
         scheme = "http"
         if args.tls:
@@ -506,6 +525,8 @@ def main() -> int:
                 "dcgm_txt_mb": round(cluster.metrics_file.stat().st_size / 2**20),
                 "request_bodies": len(bodies),
                 "body_kb": round(sum(map(len, bodies)) / len(bodies) / 1024, 1),
+                "preempt_candidates": min(args.candidates, len(cluster.nodes)),
+                "preempt_body_kb": round(sum(map(len, preempting)) / len(preempting) / 1024, 1),
                 "generated_s": round(generated, 1),
             },
             "settings": {
@@ -515,6 +536,7 @@ def main() -> int:
                 "warmup_s": args.warmup,
                 "rate": args.rate,
                 "paced_delay_ms": paced_delay,
+                "preempt_rate": args.preempt_rate,
                 "tls": args.tls,
                 "config": str(args.config) if args.config else f"maxAgeSeconds: {FRESH_FOR_SECONDS}",
             },

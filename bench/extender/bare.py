@@ -1,6 +1,7 @@
 """The baseline: an aiohttp server that parses the same ExtenderArgs and answers without deciding anything.
 
-`/filter` passes every node name received, `/prioritize` gives every node the same score; `/readyz` is ready.
+`/filter` passes every node name received, `/prioritize` gives every node the same score, `/preempt` answers the
+candidates as received; `/readyz` is ready.
 Plain HTTP, or HTTPS when given a certificate and key: `python -m bench.extender.bare PORT [CERT KEY]`.
 """
 
@@ -34,6 +35,15 @@ async def prioritize_handler(request: web.Request) -> web.Response:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
+async def preempt_handler(request: web.Request) -> web.Response:
+    """The candidates back as received: what an extender with no opinion answers."""
+    body = orjson.loads(await request.read())
+    if not isinstance(body, dict) or not isinstance(body.get("NodeNameToMetaVictims"), dict):
+        raise ValueError("not an ExtenderPreemptionArgs")
+    return web.Response(body=orjson.dumps({"NodeNameToMetaVictims": body["NodeNameToMetaVictims"]}),
+                        content_type="application/json")  # fmt: skip
+
+
 async def readyz(_request: web.Request) -> web.Response:
     return web.Response(text="ready\n")
 
@@ -48,6 +58,7 @@ def main() -> None:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/filter", filter_handler)
     app.router.add_post("/prioritize", prioritize_handler)
+    app.router.add_post("/preempt", preempt_handler)
     app.router.add_get("/readyz", readyz)
     web.run_app(app, host="127.0.0.1", port=port, ssl_context=context, access_log=None, print=None)
 

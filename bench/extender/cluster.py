@@ -477,3 +477,24 @@ def request_bodies(cluster: Cluster, names: int = 500, seed: int = 2) -> list[by
     bodies = [extender_args(cluster, kind, names, rng) for kind in PENDING]
     bodies.append(extender_args(cluster, PENDING[0], names, rng, anywhere=True))
     return bodies
+
+
+def preemption_bodies(cluster: Cluster, candidates: int = 5000, seed: int = 3) -> list[bytes]:
+    """ExtenderPreemptionArgs in the cache-capable form (victims by uid), one per kind of pending pod that preempts
+    (MIG inference and whole-GPU training): `candidates` nodes, each with up to two bound pods of the node as its
+    victims, those holding the pod's resource first, as kube-scheduler's dry run would pick them."""
+    rng = random.Random(seed)
+    by_node: dict[str, list[tuple[str, set[str]]]] = {}
+    for pod in pod_items(cluster):
+        spec = pod["spec"]
+        held = {r for c in spec["containers"] for r in (c.get("resources") or {}).get("requests", {})}
+        by_node.setdefault(spec["nodeName"], []).append((pod["metadata"]["uid"], held))
+    bodies = []
+    for kind in (PENDING[0], PENDING[5]):
+        names = rng.sample([p.name for p in cluster.nodes if by_node.get(p.name)], min(candidates, len(by_node)))
+        victims = {}
+        for name in names:
+            pods = sorted(by_node[name], key=lambda p: kind.resource not in p[1])
+            victims[name] = {"Pods": [{"UID": uid} for uid, _ in pods[:2]], "NumPDBViolations": 0}
+        bodies.append(orjson.dumps({"Pod": pending_pod_json(kind, rng), "NodeNameToMetaVictims": victims}))
+    return bodies
