@@ -40,7 +40,7 @@ define apt_install
 endef
 
 system-deps:
-	$(call apt_install,prometheus chromium etcd:etcd-server)
+	$(call apt_install,prometheus chromium etcd:etcd-server etcdctl:etcd-client)
 
 # kube-apiserver, kube-scheduler, kubectl and helm, built from the Go modules pinned in tools/ into a cache
 # outside the work tree (tools/build; the first build takes about 7 minutes on two cores, later ones reuse it).

@@ -1,5 +1,8 @@
-"""The watch cache against a local API server that speaks list (paginated) and watch (chunked JSON lines),
-through the real kubernetes client: first list, events, bookmarks, 410 Gone, a dropped connection."""
+"""The watch cache against a local HTTP fake of the API server that speaks list (paginated) and watch (chunked JSON
+lines), through the real kubernetes client, for the faults a real API server cannot be made to produce on demand: a
+malformed object in a list or a watch, an HTTP 410 answer to a watch request. Lists, events, bookmarks, a dropped
+connection, 410 Gone after a restart or an etcd compaction and the extender service run against a real
+kube-apiserver in test_watch_real.py."""
 
 from __future__ import annotations
 
@@ -23,7 +26,6 @@ from tests.extender_kit import gpu_pod, node, policy
 
 GPU = "nvidia.com/gpu"
 DROP = b"drop"
-END = b"end"
 
 
 def bound(name: str, node_name: str, gpus: int = 1, phase: str = "Running") -> dict[str, Any]:
@@ -48,8 +50,6 @@ class FakeApiServer:
         self.lists: list[str] = []
         self.watches: list[tuple[str, str]] = []
         """(kind, resourceVersion) of every watch request, in order."""
-        self.list_gate = asyncio.Event()
-        self.list_gate.set()
         self.gone_on_next_watch: set[str] = set()
         """Kinds whose next watch request gets HTTP 410."""
 
@@ -87,24 +87,10 @@ class FakeApiServer:
         obj = {**obj, "metadata": {**obj.get("metadata", {}), "resourceVersion": str(self.version)}}
         self._send(kind, orjson.dumps({"type": event_type, "object": obj}) + b"\n")
 
-    def bookmark(self, kind: str) -> str:
-        """A BOOKMARK to live watches: nothing changed up to this new version."""
-        self.version += 1
-        obj = {"kind": "Pod" if kind == "pods" else "Node", "metadata": {"resourceVersion": str(self.version)}}
-        self._send(kind, orjson.dumps({"type": "BOOKMARK", "object": obj}) + b"\n", keep=False)
-        return str(self.version)
-
     def compact(self, kind: str) -> None:
         """Forget the history: watches from any version before the current one get 410."""
         self.history[kind].clear()
         self.oldest[kind] = self.version
-
-    def expire(self, kind: str) -> None:
-        """Compact, and tell live watches with an ERROR 410 event (then end them, as the API server does)."""
-        self.compact(kind)
-        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
-        self._send(kind, orjson.dumps({"type": "ERROR", "object": {**status, "message": "too old"}}) + b"\n", False)
-        self._send(kind, END, keep=False)
 
     def drop(self, kind: str) -> None:
         """Close the connections of live watches mid-stream."""
@@ -120,7 +106,6 @@ class FakeApiServer:
         kind = request.match_info["kind"]
         if request.query.get("watch") in ("1", "true", "True"):
             return await self._watch(request, kind)
-        await self.list_gate.wait()
         start = int(request.query.get("continue") or 0)
         if not start:
             self.lists.append(kind)
@@ -150,8 +135,6 @@ class FakeApiServer:
                 try:
                     line = await asyncio.wait_for(queue.get(), max(deadline - time.monotonic(), 0))
                 except TimeoutError:
-                    break
-                if line == END:
                     break
                 if line == DROP:
                     assert request.transport is not None
@@ -239,76 +222,34 @@ async def informing(aiohttp_server: Any, fake: FakeApiServer) -> AsyncIterator[t
                 await asyncio.wait_for(task, 10)
 
 
-async def test_first_list_fills_the_state_skipping_bad_pods_and_only_then_it_is_synced(
+# Stays on the fake: the real API server validates pods, so no list of it carries a malformed one.
+async def test_a_malformed_pod_in_the_first_list_is_skipped_and_counted(
     aiohttp_server: Any, fake: FakeApiServer
 ) -> None:
     broken = bound("broken", "n3")
     broken["spec"]["containers"][0]["resources"]["requests"][GPU] = "two"
     fake.seed("pods", broken)
-    fake.list_gate.clear()
     async with informing(aiohttp_server, fake) as (state, informer):
-        await asyncio.sleep(0.2)
-        assert not state.synced and not informer.synced.is_set()
-        fake.list_gate.set()
         await asyncio.wait_for(informer.wait_synced(), 10)
         assert state.synced
         assert sorted(state.nodes) == ["n1", "n2", "n3"]
         assert state.used("n1")[GPU] == 3 and state.used("n2")[GPU] == 1 and state.used("n3") == {}
-        assert state.used("n1")["cpu"] == 2000
         assert len(state.pods) == 3  # the pending pod is not counted, the broken one is skipped
         assert informer.counters.skipped == 1 and informer.counters.lists == 2
-        assert informer.resource_versions == {"nodes": "108", "pods": "108"}
 
 
-async def test_added_modified_and_deleted_pods_update_the_usage_of_their_node(running: Running) -> None:
-    await asyncio.wait_for(running.informer.wait_synced(), 10)
-    fake = running.fake
-    fake.event("pods", "ADDED", bound("d", "n3", 4))
-    await running.until(lambda: running.gpus_used("n3") == 4)
-    fake.event("pods", "MODIFIED", bound("d", "n3", 4, phase="Succeeded"))  # finished: frees its GPUs
-    fake.event("pods", "DELETED", bound("b", "n1", 2))
-    fake.event("pods", "MODIFIED", {**gpu_pod(GPU, name="pending"), "spec": bound("x", "n2")["spec"]})  # bound
-    await running.until(lambda: running.gpus_used("n1") == 1 and running.gpus_used("n2") == 2)
-    assert running.gpus_used("n3") == 0
-    assert running.informer.resource_versions["pods"] == str(fake.version)
-
-
-async def test_node_events_add_replace_and_forget_nodes(running: Running) -> None:
-    await asyncio.wait_for(running.informer.wait_synced(), 10)
-    fake = running.fake
-    fake.event("nodes", "ADDED", node("n4", {GPU: 4}))
-    fake.event("nodes", "MODIFIED", node("n1", {GPU: 2}))
-    fake.event("nodes", "DELETED", node("n2"))
-    await running.until(lambda: "n4" in running.state.nodes and "n2" not in running.state.nodes)
-    assert running.state.nodes["n1"].allocatable[GPU] == 2
-    assert running.informer.resource_versions["nodes"] == str(fake.version)
-
-
-async def test_a_bookmark_moves_the_version_the_next_watch_starts_from(running: Running) -> None:
-    await asyncio.wait_for(running.informer.wait_synced(), 10)
-    fake = running.fake
-    await running.until(lambda: len(fake.streams["pods"]) == 1)
-    marked = fake.bookmark("pods")
-    await running.until(lambda: running.informer.resource_versions["pods"] == marked)
-    fake.drop("pods")
-    await running.until(lambda: ("pods", marked) in fake.watches)
-    assert len(running.state.pods) == 3 and fake.lists.count("pods") == 1
-
-
-@pytest.mark.parametrize("how", ["error event", "http 410"])
-async def test_410_gone_lists_again_and_the_state_matches_the_new_list(running: Running, how: str) -> None:
+# Stays on the fake: kube-apiserver reports an expired watch version as an ERROR event in the stream, with or
+# without its watch cache (test_watch_real), never as an HTTP 410 answer to the watch request itself.
+async def test_a_watch_request_answered_410_lists_again_and_the_state_matches_the_new_list(running: Running) -> None:
     await asyncio.wait_for(running.informer.wait_synced(), 10)
     fake = running.fake
     await running.until(lambda: len(fake.streams["pods"]) == 1)
     # while the informer is not looking: b is gone, e appeared on n3 (no event will say so)
     fake.objects["pods"].pop("ml/b")
     fake.seed("pods", bound("e", "n3", 2))
-    if how == "error event":
-        fake.expire("pods")
-    else:
-        fake.compact("pods")
-        fake.gone_on_next_watch.add("pods")
-        fake.drop("pods")
+    fake.compact("pods")
+    fake.gone_on_next_watch.add("pods")
+    fake.drop("pods")
     await running.until(lambda: fake.lists.count("pods") == 2)
     await running.until(lambda: running.gpus_used("n3") == 2)
     assert running.gpus_used("n1") == 1 and running.gpus_used("n2") == 1
@@ -317,20 +258,7 @@ async def test_410_gone_lists_again_and_the_state_matches_the_new_list(running: 
     await running.until(lambda: fake.watches[-1] == ("pods", str(fake.version)))
 
 
-async def test_a_dropped_connection_resumes_from_the_last_version_without_losing_state(running: Running) -> None:
-    await asyncio.wait_for(running.informer.wait_synced(), 10)
-    fake = running.fake
-    fake.event("pods", "ADDED", bound("d", "n3"))
-    await running.until(lambda: running.gpus_used("n3") == 1)
-    seen = running.informer.resource_versions["pods"]
-    fake.drop("pods")
-    await running.until(lambda: fake.watches.count(("pods", seen)) == 1 and len(fake.streams["pods"]) == 1)
-    fake.event("pods", "ADDED", bound("f", "n3"))
-    await running.until(lambda: running.gpus_used("n3") == 2)
-    assert running.gpus_used("n1") == 3 and fake.lists.count("pods") == 1
-    assert running.informer.counters.errors >= 1
-
-
+# Stays on the fake: the real API server validates pods, so no watch of it streams a malformed one.
 async def test_a_malformed_pod_is_skipped_and_the_watch_goes_on(running: Running) -> None:
     await asyncio.wait_for(running.informer.wait_synced(), 10)
     fake = running.fake
@@ -356,45 +284,6 @@ def test_apply_events_counts_bound_pods_and_skips_bad_ones() -> None:
     assert state.used("n1") == {GPU: 1, "cpu": 1000, "memory": 4 * 2**30}
 
 
-async def test_extender_service_serves_from_the_watch_once_listed(
-    aiohttp_server: Any, aiohttp_client: Any, fake: FakeApiServer, tmp_path: Any
-) -> None:
-    """`gpupack extender --kubeconfig`: not ready until the first list; then /filter reads the watched state and
-    /metrics counts the watch."""
-    from prometheus_client import CollectorRegistry
-
-    from gpupack.core.server import ServeOptions
-    from gpupack.extender.service import ExtenderConfig, build_app
-
-    fake.seed("nodes", node("n1", {GPU: 8}))
-    fake.seed("pods", bound("a", "n1", 8))
-    fake.list_gate.clear()
-    server = await aiohttp_server(fake.app())
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: fake, cluster: {{server: "http://127.0.0.1:{server.port}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: c, context: {{cluster: fake, user: u}}}}]
-current-context: c
-"""
-    )
-    app = build_app(ExtenderConfig(None, ServeOptions(), kubeconfig=kubeconfig), CollectorRegistry())
-    client_ = await aiohttp_client(app)
-    assert (await client_.get("/readyz")).status == 503
-    fake.list_gate.set()
-    deadline = time.monotonic() + 10
-    while (await client_.get("/readyz")).status != 200:
-        assert time.monotonic() < deadline, "never synced"
-        await asyncio.sleep(0.05)
-    args = {"Pod": gpu_pod(GPU, 1, "training", name="b"), "NodeNames": ["n1"], "Nodes": None}
-    body = await (await client_.post("/filter", json=args)).json()
-    assert body["FailedNodes"] == {"n1": f"0 of 8 {GPU} free, pod needs 1"}
-    metrics = await (await client_.get("/metrics")).text()
-    assert "gpupack_extender_watch_lists_total 2.0" in metrics
-
-
 def test_a_pod_was_bound_when_its_scheduled_condition_says_else_when_it_was_created() -> None:
     pod = bound("a", "n1")
     pod["metadata"]["creationTimestamp"] = "2026-11-29T09:00:00Z"
@@ -405,19 +294,3 @@ def test_a_pod_was_bound_when_its_scheduled_condition_says_else_when_it_was_crea
     ]
     assert bound_at(pod) == "2026-11-29T09:01:00Z"
     assert bound_at({"metadata": [], "status": {"conditions": "none"}}) == ""  # malformed: no order, no error
-
-
-async def test_a_list_replays_each_nodes_pods_in_the_order_they_were_bound(
-    aiohttp_server: Any, fake: FakeApiServer
-) -> None:
-    # The list returns n3's pods by name (x, y, z); they were bound z, y, x, and GPUs went out in that order.
-    for name, gpus, scheduled in (("x", 4, "10:00:02"), ("y", 2, "10:00:01"), ("z", 1, "10:00:00")):
-        pod = bound(name, "n3", gpus)
-        pod["status"]["conditions"] = [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": f"2026-11-29T{scheduled}Z"}
-        ]
-        fake.seed("pods", pod)
-    async with informing(aiohttp_server, fake) as (state, informer):
-        await asyncio.wait_for(informer.wait_synced(), 10)
-        requests, _ = state.bound_on("n3")
-        assert [dict(r)[GPU] for r in requests] == [1, 2, 4]

@@ -108,15 +108,16 @@ def list_pages(
 
 
 class KubeClusterReader:
-    """Lists PriorityClasses and nodes (paginated) through the kubernetes client."""
+    """Lists PriorityClasses and nodes (paginated, `page_size` objects a request) through the kubernetes client."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, page_size: int = PAGE_SIZE) -> None:
         self._scheduling = client.SchedulingV1Api(api)
         self._core = client.CoreV1Api(api)
+        self._page_size = page_size
 
     def _pages(self, call: Callable[..., Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        for page, _ in list_pages(call):
+        for page, _ in list_pages(call, self._page_size):
             items += page
         return items
 
