@@ -166,7 +166,9 @@ def gpu_resources() -> str:
     time-sliced replica, then each MIG profile once by compute slices and memory), and its MIG profile names
     (a policy that changes `timeSlicing` keeps them)."""
     policy = parse_policy(b"")
-    profiles = sorted({p.name: p for p in policy.mig_profiles}.values(), key=lambda p: (p.compute_slices, p.memory_bytes))
+    profiles = sorted(
+        {p.name: p for p in policy.mig_profiles}.values(), key=lambda p: (p.compute_slices, p.memory_bytes)
+    )
     document = {
         "resources": ["nvidia.com/gpu", policy.time_slicing.resource_name, *(p.resource for p in profiles)],
         "migProfiles": [{"name": p.name} for p in profiles],

@@ -2,8 +2,9 @@
 
 `dashboards()` returns them by file stem; `write(directory)` writes `charts/gpupack/files/dashboards/*.json`
 (`python -m gpupack.monitoring` does it for the shipped files; the chart, and the kustomize component rendered
-from it, put them in ConfigMaps labelled `grafana_dashboard: "1"`, which kube-prometheus-stack's sidecar loads). tests/test_monitoring_dashboards.py checks that the shipped files are
-exactly what this module builds, and runs every panel's query against a Prometheus over a planted week.
+from it, put them in ConfigMaps labelled `grafana_dashboard: "1"`, which kube-prometheus-stack's sidecar loads).
+tests/test_monitoring_dashboards.py checks that the shipped files are exactly what this module builds, and runs every
+panel's query against a Prometheus over a planted week.
 
 Panels read gpupack's recording rules where one exists (`gpupack:node_gpu_utilization:avg5m`, ...), so a dashboard and
 an alert judge the same number; the node classes' thresholds come from `gpupack.monitoring.thresholds`, and the spot
