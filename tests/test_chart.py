@@ -81,6 +81,26 @@ def test_every_probe_port_and_service_reaches_a_listener(rendered: dict[str, lis
     assert problems_of(rendered[case]) == []
 
 
+@pytest.mark.parametrize("case", list(VALUE_SETS))
+def test_the_webhook_registrations_call_the_services_tls_port(rendered: dict[str, list[Obj]], case: str) -> None:
+    """Each registration's Service port is a port of that Service whose target is the webhook's TLS listener."""
+    objects = rendered[case]
+    (config,) = [o for o in find(objects, "MutatingWebhookConfiguration") if not is_hook(o)]
+    (deployment,) = find(objects, "Deployment", "gpupack-webhook")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    tls = {listener.port for listener in listeners(container) if listener.tls}
+    for hook in config["webhooks"]:
+        called = hook["clientConfig"]["service"]
+        services = [
+            o for o in find(objects, "Service", called["name"]) if o["metadata"]["namespace"] == called["namespace"]
+        ]
+        ports = [p for s in services for p in s["spec"]["ports"] if p["port"] == called.get("port", 443)]
+        assert len(ports) == 1, f"{hook['name']} calls {called}, which is no port of a rendered Service"
+        target = ports[0]["targetPort"]
+        targets = [c["containerPort"] for c in container["ports"] if target in (c["name"], c["containerPort"])]
+        assert targets and set(targets) <= tls, (hook["name"], ports[0])
+
+
 REFUSED = [
     (["policy.mod=audit"], "at '/policy': additional properties 'mod' not allowed"),
     (["policy.classes.inference.spot=maybe"], "at '/policy/classes/inference/spot': value must be one of"),

@@ -61,6 +61,13 @@ def release_objects(plane: ControlPlane) -> list[dict[str, Any]]:
     return list(iter_documents(manifest)) + [{**h, "hook": True} for h in iter_documents(hooks)]
 
 
+def still_there(plane: ControlPlane, objects: list[dict[str, Any]]) -> list[str]:
+    """Those of the objects that exist, as `kind/name`."""
+    manifests = yaml.safe_dump_all([{k: v for k, v in o.items() if k != "hook"} for o in objects])
+    found = plane.kubectl("get", "-f", "-", "-o", "name", "--ignore-not-found", stdin=manifests, check=False)
+    return found.stdout.split()
+
+
 @dataclass
 class PodLoop:
     """Creates labelled pods in LOAD, one after the other, until stopped; keeps every refusal. Each pod is bound to
@@ -231,9 +238,7 @@ def test_uninstall_unregisters_the_webhook_first_and_leaves_nothing_behind(
     assert deployment.pods["gpupack-webhook"].processes["webhook"].running  # refused by no one, not by a dead pod
     assert helm(plane, "list", "-n", NS, "-a", "-q").stdout.strip() == ""
     # Every object the release made (its hooks too) is gone, cluster-scoped ones included.
-    left = plane.kubectl("get", "-f", "-", "-o", "name", "--ignore-not-found", stdin=yaml.safe_dump_all(
-        [{k: v for k, v in o.items() if k != "hook"} for o in objects]), check=False)  # fmt: skip
-    assert left.stdout.strip() == "", left.stdout
+    assert still_there(plane, objects) == []
     # And nothing else of it: no object of any kind carries the release's label, and gpupack-system holds only
     # what the README's steps made by hand (the TLS Secret) and what every namespace has.
     listed = plane.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
