@@ -6,6 +6,7 @@ chart renders for it (charts/generate.py). The chart on a real API server: test_
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -380,3 +381,18 @@ def test_the_kustomize_base_and_the_charts_generated_files_are_what_the_chart_re
     generated = {p.relative_to("manifests").as_posix() for p in written if p.parts[0] == "manifests"}
     assert set(listed["resources"]) <= generated
     assert {f for g in listed["configMapGenerator"] for f in g["files"]} <= generated
+
+
+def test_every_value_the_readme_sets_is_one_of_the_charts() -> None:
+    """The README's `--set name=...` examples name values the chart has (values.yaml lists every one)."""
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"--set ([A-Za-z.]+)=", readme))
+    assert {"certificates.webhook.caBundle", "policy.mode", "scheduler.mode", "monitoring.enabled"} <= named
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    for name in named:
+        node: Any = defaults
+        for part in name.split("."):
+            if name.startswith("policy."):
+                break  # the policy's fields are the model's (values.schema.json)
+            assert isinstance(node, dict) and part in node, f"README sets {name}, which the chart does not have"
+            node = node[part]
