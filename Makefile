@@ -58,6 +58,7 @@ lint: $(VENV)/.test-deps
 
 typecheck: $(VENV)/.test-deps
 	$(BIN)/mypy
+	$(BIN)/mypy charts/generate.py
 
 unit: $(VENV)/.test-deps system-deps kube-tools
 	$(BIN)/pytest -q

@@ -77,7 +77,7 @@ def policy_schema() -> dict[str, Any]:
     """The policy document's JSON Schema, from the model: unknown fields refused (`additionalProperties: false`,
     pydantic's `extra="forbid"`), types, enums and ranges. A class given partly keeps the defaults of the fields
     it omits (`Classes._merge_with_defaults`), so ClassPolicy requires nothing here."""
-    schema = _strip_titles(Policy.model_json_schema(by_alias=True, mode="validation"))
+    schema: dict[str, Any] = _strip_titles(Policy.model_json_schema(by_alias=True, mode="validation"))
     schema["$defs"]["ClassPolicy"].pop("required", None)
     return schema
 
