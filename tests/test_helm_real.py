@@ -205,6 +205,26 @@ def test_labelled_pods_are_mutated_routed_and_packed_through_the_extender(
     packed_by_the_extender(plane, deployment, "embed")
 
 
+def test_helm_upgrade_restores_a_deleted_webhook_registration(release: tuple[ControlPlane, Deployment]) -> None:
+    """The runbook's emergency stop is deleting the registration; its way back is `helm upgrade --reuse-values`,
+    which creates what the release has and the cluster lacks."""
+    plane, _ = release
+    plane.kubectl("delete", "mutatingwebhookconfiguration", "gpupack")
+    helm(plane, "upgrade", "gpupack", str(CHART), "-n", NS, "--reuse-values")
+    restored = plane.get("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpupack")
+    assert restored and all(w["clientConfig"].get("caBundle") for w in restored["webhooks"])
+
+    def mutated() -> bool:
+        name = f"restored-{time.monotonic_ns()}"
+        pod = labelled_pod(name, {"workload": "inference", "gpu-memory": "4Gi"}, LOAD)
+        pod["spec"]["nodeName"] = "cpu-1"
+        made = plane.request("POST", f"/api/v1/namespaces/{LOAD}/pods", pod)
+        return "nvidia.com/mig-1g.5gb" in made["spec"]["containers"][0].get("resources", {}).get("requests", {})
+
+    wait_until(mutated, 30, "pods mutated again")
+    clear_load(plane)
+
+
 def test_uninstall_unregisters_the_webhook_first_and_leaves_nothing_behind(
     release: tuple[ControlPlane, Deployment],
 ) -> None:
