@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring clean
+.PHONY: run test lint typecheck unit system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring manifests clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,7 @@ lint: $(VENV)/.test-deps
 
 typecheck: $(VENV)/.test-deps
 	$(BIN)/mypy
+	$(BIN)/mypy charts/generate.py
 
 unit: $(VENV)/.test-deps system-deps kube-tools
 	$(BIN)/pytest -q
@@ -89,3 +90,9 @@ bench-report: $(VENV)/.test-deps system-deps
 
 clean:
 	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache
+
+# The chart (charts/gpupack) is the source of the kustomize base: this renders manifests/ from it, with the chart's
+# version and its values.schema.json (charts/generate.py; a test fails when they are stale). It runs helm, the
+# pinned one tools/build builds.
+manifests: monitoring kube-tools
+	PATH="$$(dirname "$$(tools/build | sed -n 's/^helm=//p')"):$$PATH" $(BIN)/python charts/generate.py

@@ -30,6 +30,8 @@ A100 = {
 }
 A100_MIG = {"nvidia.com/mig-1g.5gb": "16", "nvidia.com/mig-2g.10gb": "8", "nvidia.com/mig-3g.20gb": "8"}
 ENFORCE = "mode: enforce\n"
+PODS = (("gpupack-webhook", "webhook"), ("gpupack-scheduler", "extender"))
+"""gpupack's (Deployment, container) pairs with probes, in the second scheduler's mode."""
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -39,6 +41,81 @@ def gpupack(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
+def readme_certs(plane: ControlPlane, work: Path) -> str:
+    """The README's certificate step: `gpupack certs` and the webhook's TLS Secret in gpupack-system (which must
+    exist); the caBundle it printed."""
+    certs = work / "certs"
+    bundle = gpupack("certs", "--out", str(certs), "--service", "gpupack-webhook", "--namespace", NS, cwd=work)
+    plane.kubectl(
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "tls",
+        "gpupack-webhook-tls",
+        f"--cert={certs / 'tls.crt'}",
+        f"--key={certs / 'tls.key'}",
+    )
+    return bundle.strip()
+
+
+def gpu_cluster(plane: ControlPlane) -> None:
+    """GPU nodes, as GPU Feature Discovery and the device plugin report them, a CPU node, and the team's namespace
+    (opted in)."""
+    for i in (1, 2):
+        plane.node(f"a100-{i}", {"cpu": "96", "memory": "1000Gi", **A100_MIG}, A100)
+    plane.node(
+        "h100-1",
+        {"cpu": "96", "memory": "1000Gi", "nvidia.com/gpu": "8"},
+        {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+    )
+    plane.node("cpu-1", {"cpu": "32", "memory": "128Gi"})
+    plane.namespace(TEAM, {"gpupack.io/enabled": "true"})
+
+
+def run_gpupack(plane: ControlPlane, deployment: Deployment) -> None:
+    """The pods of gpupack's two Deployments and the cluster's own scheduler; returns once the webhook and the
+    extender are ready and the gpupack scheduler holds its Lease."""
+    deployment.run("gpupack-webhook")
+    deployment.endpoints("gpupack-webhook", "gpupack-webhook")
+    deployment.run("gpupack-scheduler")
+    default_scheduler(plane)
+    wait_until(lambda: deployment.pods["gpupack-webhook"].probe("webhook") == 200, 60, "webhook ready")
+    wait_until(lambda: deployment.pods["gpupack-scheduler"].probe("extender") == 200, 60, "extender ready")
+    wait_until(
+        lambda: (
+            (plane.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gpupack-scheduler") or {})
+            .get("spec", {})
+            .get("holderIdentity")
+        ),
+        60,
+        "gpupack-scheduler leader",
+    )
+
+
+def default_scheduler(plane: ControlPlane, config: Path | None = None) -> None:
+    """The cluster's own kube-scheduler (with `config`, a KubeSchedulerConfiguration file, else its defaults)."""
+    kubeconfig = plane.client_kubeconfig("system:kube-scheduler")
+    plane.spawn(
+        "default-scheduler",
+        [
+            str(plane.tools.kube_scheduler),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            *([f"--config={config}"] if config else ["--leader-elect=false"]),
+            "--secure-port=0",
+        ],
+    )
+
+
+def set_policy(plane: ControlPlane, text: str) -> None:
+    """Replace the policy ConfigMap's file (the pods' volumes read it)."""
+    policy = plane.get(f"/api/v1/namespaces/{NS}/configmaps/gpupack-policy")
+    policy["data"]["policy.yaml"] = text
+    plane.request("PUT", f"/api/v1/namespaces/{NS}/configmaps/gpupack-policy", policy)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Deployment]]:
     work = tmp_path_factory.mktemp("deploy")
@@ -46,64 +123,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
     try:
         # The README's Deploy section, step by step.
         plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
-        certs = work / "certs"
-        bundle = gpupack("certs", "--out", str(certs), "--service", "gpupack-webhook", "--namespace", NS, cwd=work)
-        plane.kubectl(
-            "-n",
-            NS,
-            "create",
-            "secret",
-            "tls",
-            "gpupack-webhook-tls",
-            f"--cert={certs / 'tls.crt'}",
-            f"--key={certs / 'tls.key'}",
-        )
+        bundle = readme_certs(plane, work)
         plane.kubectl("apply", "-k", str(ROOT / "manifests"))
-        patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle.strip()} for i in (0, 1)]
+        patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in (0, 1)]
         plane.kubectl("patch", "mutatingwebhookconfiguration", "gpupack", "--type=json", "-p", json.dumps(patch))
         rendered = plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
         deployment = Deployment(plane, [d for d in yaml.safe_load_all(rendered) if d], work / "pods")
         # The rollout's second step (README): enforce, once audit looked right (the pod's volume reads it).
-        policy = plane.get(f"/api/v1/namespaces/{NS}/configmaps/gpupack-policy")
-        policy["data"]["policy.yaml"] = ENFORCE
-        plane.request("PUT", f"/api/v1/namespaces/{NS}/configmaps/gpupack-policy", policy)
-        # GPU nodes, as GPU Feature Discovery and the device plugin report them, and a CPU node.
-        for i in (1, 2):
-            plane.node(f"a100-{i}", {"cpu": "96", "memory": "1000Gi", **A100_MIG}, A100)
-        plane.node(
-            "h100-1",
-            {"cpu": "96", "memory": "1000Gi", "nvidia.com/gpu": "8"},
-            {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
-        )
-        plane.node("cpu-1", {"cpu": "32", "memory": "128Gi"})
-        plane.namespace(TEAM, {"gpupack.io/enabled": "true"})
-        # The pods of the two Deployments, and the cluster's own scheduler.
-        deployment.run("gpupack-webhook")
-        deployment.endpoints("gpupack-webhook", "gpupack-webhook")
-        deployment.run("gpupack-scheduler")
-        default = plane.client_kubeconfig("system:kube-scheduler")
-        plane.spawn(
-            "default-scheduler",
-            [
-                str(plane.tools.kube_scheduler),
-                f"--kubeconfig={default}",
-                f"--authentication-kubeconfig={default}",
-                f"--authorization-kubeconfig={default}",
-                "--leader-elect=false",
-                "--secure-port=0",
-            ],
-        )
-        wait_until(lambda: deployment.pods["gpupack-webhook"].probe("webhook") == 200, 60, "webhook ready")
-        wait_until(lambda: deployment.pods["gpupack-scheduler"].probe("extender") == 200, 60, "extender ready")
-        wait_until(
-            lambda: (
-                (plane.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gpupack-scheduler") or {})
-                .get("spec", {})
-                .get("holderIdentity")
-            ),
-            60,
-            "gpupack-scheduler leader",
-        )
+        set_policy(plane, ENFORCE)
+        gpu_cluster(plane)
+        run_gpupack(plane, deployment)
         yield plane, deployment
     finally:
         plane.stop()
@@ -135,32 +164,45 @@ def no_refusals(plane: ControlPlane) -> None:
     assert all(not lines for lines in refused.values()), refused
 
 
-def test_every_probe_of_the_shipped_pods_answers(cluster: tuple[ControlPlane, Deployment]) -> None:
-    _, deployment = cluster
-    for name, container in (("gpupack-webhook", "webhook"), ("gpupack-scheduler", "extender")):
+def probes_answer(deployment: Deployment, pods: tuple[tuple[str, str], ...] = PODS) -> None:
+    """Every readiness and liveness probe of these (Deployment, container) pairs gets 200."""
+    for name, container in pods:
         for kind in ("readinessProbe", "livenessProbe"):
             assert deployment.pods[name].probe(container, kind) == 200, (name, container, kind)
 
 
-def test_labelled_pods_are_mutated_routed_and_packed_through_the_extender(
-    cluster: tuple[ControlPlane, Deployment],
+def packed_by_the_extender(
+    plane: ControlPlane, deployment: Deployment, prefix: str, scheduler_name: str = "gpupack-scheduler"
 ) -> None:
-    plane, deployment = cluster
-    scheduler = deployment.pods["gpupack-scheduler"]
-    time.sleep(6)  # the webhook reads the Lease every 5 s: it has seen the leader by now
-    names = [f"embed-{i}" for i in range(3)]
+    """Three labelled inference pods are mutated (a MIG slice, gpupack's priority), go to `scheduler_name`, and
+    are packed by the extender's score onto one MIG node."""
+    extender = deployment.pods.get("gpupack-scheduler") or deployment.pods["gpupack-extender"]
+    before = metric(extender, "extender", "gpupack_extender_request_duration_seconds_count")
+    names = [f"{prefix}-{i}" for i in range(3)]
     for name in names:
         plane.apply([labelled_pod(name, {"workload": "inference", "gpu-memory": "4Gi"})])
     bound = [plane.scheduled(TEAM, name, 60) for name in names]
     for pod in bound:
-        assert pod["spec"]["schedulerName"] == "gpupack-scheduler"
+        assert pod["spec"]["schedulerName"] == scheduler_name
         assert pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/mig-1g.5gb"] == "1"
         assert (pod["spec"]["priorityClassName"], pod["spec"]["priority"]) == ("gpupack-inference", 100000)
     # Packed by the extender's score: all three on one MIG node (kube-scheduler's own LeastAllocated would spread
     # them over both), the other left empty for the autoscaler.
     assert len({p["spec"]["nodeName"] for p in bound}) == 1
-    assert metric(scheduler, "extender", "gpupack_extender_request_duration_seconds_count") >= 6  # filter + prioritize
+    after = metric(extender, "extender", "gpupack_extender_request_duration_seconds_count")
+    assert after - before >= 6  # filter + prioritize
     no_refusals(plane)
+
+
+def test_every_probe_of_the_shipped_pods_answers(cluster: tuple[ControlPlane, Deployment]) -> None:
+    probes_answer(cluster[1])
+
+
+def test_labelled_pods_are_mutated_routed_and_packed_through_the_extender(
+    cluster: tuple[ControlPlane, Deployment],
+) -> None:
+    time.sleep(6)  # the webhook reads the Lease every 5 s: it has seen the leader by now
+    packed_by_the_extender(*cluster, "embed")
 
 
 def test_the_default_scheduler_places_pods_that_did_not_opt_in(cluster: tuple[ControlPlane, Deployment]) -> None:

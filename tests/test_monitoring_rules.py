@@ -21,6 +21,8 @@ from gpupack.monitoring.thresholds import DEFAULT, AlertThresholds
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = sorted((ROOT / "tests" / "monitoring").glob("*.test.yaml"))
+PROMETHEUS_RULE = ROOT / "manifests" / "monitoring" / "prometheusrule.yaml"
+"""The kustomize component's PrometheusRule, rendered from the chart by charts/generate.py."""
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 ALERTS = [
     "GPUNodeHot",
@@ -62,7 +64,7 @@ def test_the_shipped_files_are_what_the_source_writes() -> None:
 
 def test_the_plain_rule_file_and_the_prometheusrule_hold_the_same_groups() -> None:
     plain = yaml.safe_load(build.RULE_FILE.read_text())
-    operator = yaml.safe_load(build.PROMETHEUS_RULE.read_text())
+    operator = yaml.safe_load(PROMETHEUS_RULE.read_text())
     assert operator["kind"] == "PrometheusRule" and operator["spec"]["groups"] == plain["groups"] == groups()
 
 
@@ -87,7 +89,7 @@ def test_promtool_checks_the_rule_files(tmp_path: Path) -> None:
     done = _promtool("check", "rules", build.RULE_FILE)
     assert done.returncode == 0 and "SUCCESS: 24 rules found" in done.stdout, done.stdout + done.stderr
     spec = tmp_path / "from-prometheusrule.yaml"
-    spec.write_text(yaml.safe_dump({"groups": yaml.safe_load(build.PROMETHEUS_RULE.read_text())["spec"]["groups"]}))
+    spec.write_text(yaml.safe_dump({"groups": yaml.safe_load(PROMETHEUS_RULE.read_text())["spec"]["groups"]}))
     assert _promtool("check", "rules", spec).returncode == 0
 
 

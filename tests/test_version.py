@@ -1,5 +1,5 @@
-"""The version has one owner, pyproject.toml: the package reports it, and every gpupack image the kustomizations
-render is tagged with it."""
+"""The version has one owner, pyproject.toml: the package reports it, the Helm chart is versioned with it, and every
+gpupack image the kustomizations render is tagged with it."""
 
 from __future__ import annotations
 
@@ -60,6 +60,13 @@ def test_every_gpupack_image_is_tagged_with_the_package_version(folder: str) -> 
     ours = [image for image in rendered_images(ROOT / folder) if image.partition(":")[0] in IMAGES]
     assert ours, f"{folder} renders no gpupack container"
     assert {image.partition(":")[2] for image in ours} == {DECLARED}
+
+
+def test_the_chart_and_its_app_are_versioned_with_the_package() -> None:
+    """Chart.yaml's version and appVersion (the default image tag) are pyproject.toml's; charts/generate.py writes
+    them (`make manifests`), and a release that bumps pyproject.toml and does not run it fails here."""
+    chart = yaml.safe_load((ROOT / "charts" / "gpupack" / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (DECLARED, DECLARED)
 
 
 def test_the_mig_plan_job_runs_the_tools_image_which_has_the_solver() -> None:

@@ -1,9 +1,10 @@
 """The Grafana dashboards "GPU cost" and "gpupack", built in Python as plain JSON models.
 
-`dashboards()` returns them by file stem; `write(directory)` writes `manifests/monitoring/dashboards/*.json`
-(`python -m gpupack.monitoring` does it for the shipped files), which kube-prometheus-stack's sidecar loads from
-ConfigMaps labelled `grafana_dashboard: "1"`. tests/test_monitoring_dashboards.py checks that the shipped files are
-exactly what this module builds, and runs every panel's query against a Prometheus over a planted week.
+`dashboards()` returns them by file stem; `write(directory)` writes `charts/gpupack/files/dashboards/*.json`
+(`python -m gpupack.monitoring` does it for the shipped files; the chart, and the kustomize component rendered
+from it, put them in ConfigMaps labelled `grafana_dashboard: "1"`, which kube-prometheus-stack's sidecar loads).
+tests/test_monitoring_dashboards.py checks that the shipped files are exactly what this module builds, and runs every
+panel's query against a Prometheus over a planted week.
 
 Panels read gpupack's recording rules where one exists (`gpupack:node_gpu_utilization:avg5m`, ...), so a dashboard and
 an alert judge the same number; the node classes' thresholds come from `gpupack.monitoring.thresholds`, and the spot
@@ -41,7 +42,7 @@ from gpupack.monitoring.rules import EXTENDER_JOB, WEBHOOK_JOB
 from gpupack.monitoring.thresholds import DEFAULT, HOT, IDLE, UNDERUSED
 
 JSON = dict[str, Any]
-DIRECTORY = REPOSITORY / "manifests" / "monitoring" / "dashboards"
+DIRECTORY = REPOSITORY / "charts" / "gpupack" / "files" / "dashboards"
 SCHEMA_VERSION = 39
 """Grafana 10.4 / 11.0's dashboard schema; later Grafana versions migrate it on load."""
 DATASOURCE: JSON = {"type": "prometheus", "uid": "${datasource}"}
