@@ -99,6 +99,8 @@ tlsConfig) when given. Arguments: root, url, tls.
 - urlPrefix: {{ .url | quote }}
   filterVerb: filter
   prioritizeVerb: prioritize
+  # Asked before any victim dies: keeps the candidates the pod would take, with the fewest, cheapest victims.
+  preemptVerb: preempt
   # Final score = extender score (0..10) x weight x 10, added to the plugins' scores.
   weight: 5
   # The extender keeps its own watch cache: the scheduler sends node names only.
