@@ -171,3 +171,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ["PATH"] = os.pathsep.join(
         [str(found.kubectl.parent), str(found.helm.parent), os.environ.get("PATH", "")]
     )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test on a real control plane reports where its processes' logs are and how each ended: the logs
+    themselves stay in the test's folder (pytest keeps the last three runs' folders)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed:
+        return
+    from tests.control_plane import ControlPlane
+
+    for value in getattr(item, "funcargs", {}).values():
+        planes = [v for v in (value, *(value if isinstance(value, tuple) else ()), getattr(value, "plane", None))]
+        for plane in planes:
+            if isinstance(plane, ControlPlane):
+                tails = "\n".join(
+                    f"--- {name} ({plane.workdir / (name + '.log')}):\n" + "\n".join(text.splitlines()[-15:])
+                    for name, text in plane.logs().items()
+                )
+                report.sections.append(("control plane logs", tails))
