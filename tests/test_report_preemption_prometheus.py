@@ -3,18 +3,24 @@
 The history is kube-scheduler's two families as its scrapes store them (`gpupack.testing.scheduler`): the
 default scheduler's leader restarting mid-week (its counters reset), a standby that never preempts, and
 gpupack's scheduler; preemptions before and after the week, which must not count. Beside it a DCGM exporter's
-history over two weeks.
+history over two weeks, so that `gpupack report` runs end to end on the week (scheduler metrics and a cluster
+file's Events) and on the week before (DCGM only: no scheduler metrics, no finding, no error).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from gpupack.cli import main
 from gpupack.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, GR_ENGINE_ACTIVE
 from gpupack.report.churn import Churn, SchedulerChurn, read_churn
 from gpupack.report.prometheus import PrometheusUsage
@@ -30,6 +36,7 @@ from gpupack.testing.history import (
     write_openmetrics,
 )
 from gpupack.testing.scheduler import SchedulerProcess, write_scheduler_openmetrics
+from tests.preemption_kit import churn_cluster
 
 D, H = 86400.0, 3600.0
 END = 1793577600.0  # 2026-11-02T00:00:00Z
@@ -142,3 +149,39 @@ def test_a_shorter_window_counts_only_what_happened_in_it(prometheus: str, windo
 
 def test_a_window_without_the_schedulers_metrics_reads_none(prometheus: str) -> None:
     assert churn(prometheus, Window(START - 8 * D, START - 3 * D)) is None
+
+
+def _report(*args: str) -> dict[str, Any]:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["report", *args, "--json"]) == 0
+    document: dict[str, Any] = json.loads(buffer.getvalue())
+    return document
+
+
+def test_the_report_joins_the_schedulers_numbers_and_the_events_workloads(prometheus: str, tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": churn_cluster(START)}))
+    document = _report("--prometheus-url", prometheus, "--cluster", str(cluster), "--end", str(END))
+    (finding,) = [f for f in document["findings"] if f["kind"] == "preemption-churn"]
+    evidence = finding["evidence"]
+    assert (finding["severity"], finding["workload"]) == ("low", "Job ml/train")
+    assert (evidence["victims"], evidence["attempts"], evidence["preemptions"]) == (16, 20, 5)
+    assert (evidence["victims_per_attempt"], evidence["victims_per_preemption"]) == (0.8, 3.2)
+    assert (evidence["event_victims"], evidence["event_gpu_victims"]) == (8, 5)
+    assert evidence["schedulers"] == (
+        "gpupack-scheduler: 4 victims, 2 preemptions, 5 attempts; "
+        "kube-scheduler: 12 victims, 3 preemptions, 15 attempts"
+    )
+
+
+def test_without_a_cluster_the_report_has_the_numbers_and_says_how_to_name_the_workloads(prometheus: str) -> None:
+    document = _report("--prometheus-url", prometheus, "--end", str(END))
+    (finding,) = [f for f in document["findings"] if f["kind"] == "preemption-churn"]
+    assert (finding["evidence"]["victims"], finding["evidence"]["event_victims"]) == (16, None)
+    assert "kubectl get events -A --field-selector reason=Preempted -o json" in finding["action"]
+
+
+def test_a_week_without_scheduler_metrics_has_no_churn_finding_and_no_error(prometheus: str) -> None:
+    document = _report("--prometheus-url", prometheus, "--end", str(START - 2 * D))
+    assert document["nodes"] and not [f for f in document["findings"] if f["kind"] == "preemption-churn"]
