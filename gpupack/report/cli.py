@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nvidia-smi CSV logs, one per node: NODE=FILE, or files named for their nodes",
     )
     cluster = parser.add_mutually_exclusive_group()
-    cluster.add_argument("--kubeconfig", type=Path, help="read nodes, pods, PDBs and DaemonSets with this kubeconfig")
+    cluster.add_argument(
+        "--kubeconfig", type=Path, help="read nodes, pods, PDBs, DaemonSets and Preempted Events with this kubeconfig"
+    )
     cluster.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
     cluster.add_argument(
         "--cluster",

@@ -1,6 +1,6 @@
 """The cluster the report judges: nodes, pods, PodDisruptionBudgets, DaemonSets and Events as the API returns them,
 from `kubectl get nodes,pods,pdb,daemonsets,events -A -o json` or read through the API
-(`gpupack.core.kube.KubeClusterObjects`: nodes, pods, PodDisruptionBudgets and DaemonSets).
+(`gpupack.core.kube.KubeClusterObjects`, which lists only the Events kube-scheduler writes on preemption victims).
 
 Objects stay raw JSON (the findings read a few fields each); this module answers the questions several findings
 ask: which pods run on a node, what a pod requests, which workload owns it, whether a node is spot.
