@@ -1,5 +1,6 @@
-"""`gpupack report --prometheus-url` end to end: a week of DCGM history backfilled into a real Prometheus, a
-cluster file beside it, and each finding kind found on the node, GPU or pod planted for it and on no other.
+"""`gpupack report --prometheus-url` end to end: a week of DCGM and kube-scheduler history backfilled into a real
+Prometheus, a cluster file beside it, and each finding kind found on the node, GPU or pod planted for it and on no
+other.
 
 Every node is planted for one thing and kept clear of the others: busy GPUs (30 % or more, or most of their
 memory) are not oversized, Deployment pods stay off spot, idle and underused nodes carry no pods but the one
@@ -35,6 +36,8 @@ from gpupack.testing.history import (
     steps,
     write_openmetrics,
 )
+from gpupack.testing.scheduler import SchedulerProcess, write_scheduler_openmetrics
+from tests.preemption_kit import preempted
 from tests.report_cluster_kit import node, pod
 
 D = 86400.0
@@ -105,6 +108,10 @@ HISTORY = [
 LATE = HistoryNode("late", [whole(0, 60, 0.5, 40000)])
 """Added by the autoscaler four days into the week: it reports for the last 72 hours only."""
 LATE_FROM = START + 4 * D
+SCHEDULER = SchedulerProcess(
+    "kube-scheduler", "10.0.0.1:10259", START - D, attempts=[START + 2 * D], preemptions=[(START + 2 * D, 2)]
+)
+"""One preemption of two victims in the week: `preemption-churn` for the cluster, concerning no node."""
 
 
 def _cluster() -> list[dict[str, Any]]:
@@ -130,7 +137,9 @@ def _cluster() -> list[dict[str, Any]]:
         ),
         pod("serve-0", "spot", gpu1, owner="StatefulSet", owner_name="serve"),
     ]
-    return nodes + pods
+    # its two victims, gone: a Deployment's by its name, and a pod nothing names
+    events = [preempted("embed-7d9f8c-q5x2m", START + 2 * D, on="big"), preempted("scratch", START + 2 * D)]
+    return nodes + pods + events
 
 
 PLANTED = {
@@ -145,6 +154,7 @@ PLANTED = {
     "shared-latency-critical": {("shared", None, "ml/chat-7d9f8c-qwert")},
     "inference-on-spot": {("spot", None, "ml/serve-0")},
     "scale-down-blocker": {("idle", None, "ml/stray")},
+    "preemption-churn": {(None, None, None)},
 }
 
 
@@ -162,6 +172,10 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
     with late.open("w") as out:
         write_openmetrics(out, [LATE], np.arange(LATE_FROM, END + D, 300.0))
     backfill(late, workdir / "tsdb", block_hours=162)  # its own blocks, overlapping the others
+    scheduler = workdir / "scheduler.om"
+    with scheduler.open("w") as out:
+        write_scheduler_openmetrics(out, [SCHEDULER], np.arange(START - D, END + D, 300.0))
+    backfill(scheduler, workdir / "tsdb", block_hours=162)
     cluster = workdir / "cluster.json"
     cluster.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": _cluster()}))
     with PrometheusServer(workdir / "tsdb", oldest=START - D) as server:
@@ -192,6 +206,18 @@ def test_each_finding_kind_is_found_on_what_was_planted_for_it_and_nothing_else(
     assert oversized["workload"] == "Deployment ml/embed"
     blocker = next(f for f in document["findings"] if f["kind"] == "scale-down-blocker")
     assert blocker["evidence"]["reason"] == "NotReplicated"
+    churn = next(f for f in document["findings"] if f["kind"] == "preemption-churn")
+    assert (churn["workload"], churn["evidence"]["victims"], churn["evidence"]["event_victims"]) == (
+        "Deployment ml/embed",
+        2,
+        2,
+    )
+
+
+def test_the_readme_documents_every_finding_kind_in_its_table() -> None:
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    table = [line for line in readme.read_text().splitlines() if line.startswith("| `")]
+    assert all(any(line.startswith(f"| `{kind}` |") for line in table) for kind in PLANTED)
 
 
 def test_the_means_are_the_planted_weeks(document: dict[str, Any]) -> None:

@@ -1,23 +1,33 @@
 """`gpupack report --kubeconfig` reading a real kube-apiserver as a ServiceAccount holding exactly the list
 permissions the report needs (`gpupack.core.kube.CLUSTER_LISTS`, which the README spells): it sees what the API
-holds, the same findings as from `kubectl get nodes,pods,pdb,daemonsets -A -o json`, and without one of the
-permissions it refuses in one line naming the resource."""
+holds, the same findings as from `kubectl get nodes,pods,pdb,daemonsets,events -A -o json`, and without one of the
+permissions it refuses in one line naming the resource.
+
+A real kube-scheduler preempts a Job's GPU pod for a higher-priority one, so the `Preempted` Event the report
+lists is the one kube-scheduler writes, and its `/metrics` show the two families the report asks Prometheus for."""
 
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpupack.core.kube import CLUSTER_LISTS, resource_name
+from gpupack.report.promql import PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS
+from gpupack.testing.net import free_port
+from gpupack.testing.scheduler import VICTIM_BUCKETS
 from tests.audit_log import AuditLog, audited_plane, refusals, service_account_user, verbs
-from tests.control_plane import ROOT, ControlPlane, env_without_proxy
+from tests.control_plane import ROOT, ControlPlane, Kubelet, env_without_proxy, wait_until
 from tests.test_report_cli import write_log
 
 pytestmark = pytest.mark.timeout(600)
@@ -51,9 +61,14 @@ def owned(kind: str, name: str) -> dict[str, Any]:
 
 
 def pod(
-    name: str, node: str, owner: dict[str, Any] | None = None, labels: dict[str, str] | None = None, gpus: int = 0
+    name: str,
+    node: str | None,
+    owner: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    gpus: int = 0,
+    **spec: Any,
 ) -> dict[str, Any]:
-    """A pod bound to `node` with CPU and memory requests, and `gpus` whole GPUs."""
+    """A pod bound to `node` (None: left to the scheduler) with CPU and memory requests, and `gpus` whole GPUs."""
     resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "1Gi"}}
     if gpus:
         resources["limits"] = {"nvidia.com/gpu": str(gpus)}
@@ -61,7 +76,8 @@ def pod(
     if owner is not None:
         meta["ownerReferences"] = [owner]
     container = {"name": "main", "image": "registry.example/app:1", "resources": resources}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"nodeName": node, "containers": [container]}}
+    body = {"containers": [container], **spec} | ({"nodeName": node} if node else {})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
 
 
 @dataclass
@@ -71,6 +87,8 @@ class Cluster:
     kubeconfig: Path
     logs: list[str]
     work: Path
+    scheduler_metrics: str
+    """kube-scheduler's `/metrics` once it has preempted."""
 
 
 def running(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> None:
@@ -78,6 +96,50 @@ def running(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> None:
     plane.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
     path = f"/api/v1/namespaces/{namespace}/pods/{body['metadata']['name']}/status"
     plane.request("PATCH", path, {"status": {"phase": "Running"}}, MERGE)
+
+
+JOB = {**owned("Job", "etl"), "apiVersion": "batch/v1"}
+
+
+def preempt(plane: ControlPlane, work: Path) -> str:
+    """kube-scheduler (default plugins) gives the one GPU of node `busy`, held by the Job etl's pod, to a pod of
+    higher priority: it deletes the Job's pod (the kubelet stand-in removes it) and writes the Preempted Event.
+    Then the Job's replacement pod waits for a GPU, as the Job controller would make it. Returns the scheduler's
+    `/metrics`."""
+    classes = [("low", 10), ("high", 1000)]
+    plane.apply(
+        [
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v}
+            for n, v in classes
+        ]
+    )
+    plane.node("busy", {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "1"}, {**A100, "pool": "busy"})
+    victim = pod("etl-x7k2p", "busy", JOB, gpus=1, priorityClassName="low")
+    victim["metadata"]["generateName"] = "etl-"
+    running(plane, "ml", victim)
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": str(plane.admin_kubeconfig)},
+    }
+    path = work / "scheduler.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    argv = [str(plane.tools.kube_scheduler), f"--config={path}", f"--secure-port={port}", "--bind-address=127.0.0.1"]
+    plane.spawn("kube-scheduler", [*argv, "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"])
+    with Kubelet(plane):
+        preemptor = pod("serve-0", None, gpus=1, priorityClassName="high", nodeSelector={"pool": "busy"})
+        plane.request("POST", "/api/v1/namespaces/ml/pods", preemptor)
+        wait_until(lambda: any(e["reason"] == "Preempted" for e in plane.events("ml")), 60, "the Preempted Event")
+        wait_until(lambda: plane.pod("ml", "etl-x7k2p") is None, 30, "the victim removed")
+    plane.scheduled("ml", "serve-0", 60)
+    replacement = pod("etl-b5c6d", None, JOB, gpus=1, priorityClassName="low", nodeSelector={"pool": "busy"})
+    replacement["metadata"]["generateName"] = "etl-"
+    plane.request("POST", "/api/v1/namespaces/ml/pods", replacement)
+    context = ssl._create_unverified_context()  # its self-signed serving certificate
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +151,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         for namespace in (NAMESPACE, "ml", "gpu-operator"):
             plane.namespace(namespace)
-        logs = [str(write_log(work / f"{n}.csv", u)) for n, u in (("idle", 4), ("under", 20), ("hot", 95))]
+        since = round(time.time() / 60) * 60 - 86400.0  # two days of logs around now: the Event falls in the window
+        logs = [str(write_log(work / f"{n}.csv", u, start=since)) for n, u in (("idle", 4), ("under", 20), ("hot", 95))]
         for name in ("idle", "under", "hot"):
             plane.node(name, {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"}, A100)
         running(plane, "ml", pod("keep-x", "idle"))
@@ -123,9 +186,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for node in ("idle", "under", "hot"):
             daemon = pod(f"dcgm-exporter-{node}", node, owned("DaemonSet", "dcgm-exporter"), labels)
             running(plane, "gpu-operator", daemon)
+        metrics = preempt(plane, work)
         plane.apply(cluster_role(READER))
         kubeconfig = plane.service_account_kubeconfig(NAMESPACE, READER)
-        yield Cluster(plane, AuditLog(work / "audit.log"), kubeconfig, logs, work)
+        yield Cluster(plane, AuditLog(work / "audit.log"), kubeconfig, logs, work, metrics)
     finally:
         plane.stop()
 
@@ -150,8 +214,10 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
     assert refusals(made) == []
     assert verbs(made) == {("list", group, resource) for _, group, resource in CLUSTER_LISTS}
     assert all(r.namespace is None for r in made)  # all namespaces
+    (events,) = [r for r in made if r.resource == "events"]
+    assert "fieldSelector=reason%3DPreempted" in events.uri  # the API server sends only kube-scheduler's
     listed = cluster.plane.kubectl(
-        "get", "nodes,pods,pdb,daemonsets", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
+        "get", "nodes,pods,pdb,daemonsets,events", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
     )
     file = cluster.work / "cluster.json"
     file.write_text(listed.stdout)
@@ -165,6 +231,27 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
     assert ("scale-down-blocker", "idle", None, "DaemonSetUtilization") in found  # the DaemonSet's pod
     # the DaemonSet's pods never block, the Job's does not either (something recreates it)
     assert not {f for f in found if f[2] and f[2].startswith(("gpu-operator/", "ml/train"))}
+    # the victim is gone: its Job is found by the replacement the Job made (`generateName` etl-)
+    (churn,) = [f for f in judged(live)["findings"] if f["kind"] == "preemption-churn"]
+    assert churn["workload"] == "Job ml/etl"
+    evidence = churn["evidence"]
+    assert (evidence["victims"], evidence["event_victims"], evidence["event_gpu_victims"]) == (None, 1, 1)
+    assert (evidence["top_workloads"], evidence["preemptors"]) == ("Job ml/etl: 1 pod (1 on GPUs)", "pod ml/serve-0: 1")
+
+
+def test_kube_scheduler_exposes_the_families_the_report_asks_prometheus_for(cluster: Cluster) -> None:
+    """The names, types and buckets `gpupack.report.promql` and `gpupack.testing.scheduler` assume, from the real
+    binary after one preemption of one victim."""
+    lines = cluster.scheduler_metrics.splitlines()
+    assert f"# TYPE {PREEMPTION_ATTEMPTS} counter" in lines
+    assert f"# TYPE {PREEMPTION_VICTIMS} histogram" in lines
+    family = [line for line in lines if line.startswith(f"{PREEMPTION_VICTIMS}_")]
+    bounds = [line.split('le="', 1)[1].split('"', 1)[0] for line in family if "_bucket{" in line]
+    assert bounds == [str(b) for b in VICTIM_BUCKETS] + ["+Inf"]  # and no other label: it names no pod
+    assert all(line.startswith(f'{PREEMPTION_VICTIMS}_bucket{{le="') for line in family if "_bucket" in line)
+    assert f"{PREEMPTION_VICTIMS}_count 1" in lines and f"{PREEMPTION_VICTIMS}_sum 1" in lines
+    (attempts,) = [line for line in lines if line.startswith(f"{PREEMPTION_ATTEMPTS} ")]
+    assert float(attempts.split()[1]) >= 1  # the preemptor's, and the replacement's that found no victim
 
 
 @pytest.mark.parametrize("missing", CLUSTER_LISTS, ids=[kind for kind, _, _ in CLUSTER_LISTS])
@@ -180,7 +267,8 @@ def test_without_one_list_permission_the_report_refuses_in_one_line_naming_the_r
     resource = resource_name(missing[1], missing[2])
     assert line.startswith(f"gpupack report: LIST {resource}: HTTP 403: ")
     assert f'cannot list resource "{missing[2]}" in API group "{missing[1]}" at the cluster scope' in line
-    assert "the report needs list on nodes, pods, poddisruptionbudgets.policy and daemonsets.apps" in line
+    *first, last = [resource_name(group, resource) for _, group, resource in CLUSTER_LISTS]
+    assert f"the report needs list on {', '.join(first)} and {last}" in line
 
 
 def test_the_readme_names_the_permissions_the_report_reads_with() -> None:

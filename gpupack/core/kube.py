@@ -165,9 +165,13 @@ CLUSTER_LISTS: Final[tuple[tuple[str, str, str], ...]] = (
     ("Pod", "", "pods"),
     ("PodDisruptionBudget", "policy", "poddisruptionbudgets"),
     ("DaemonSet", "apps", "daemonsets"),
+    ("Event", "", "events"),
 )
 """What `gpupack report` lists, in all namespaces, as (kind, API group, resource): its RBAC is `list` on each of
 these resources in a ClusterRole bound by a ClusterRoleBinding, and nothing else."""
+PREEMPTED_EVENTS: Final = "reason=Preempted"
+"""The Events the report lists: those kube-scheduler writes on each pod it preempts (the API server filters core/v1
+Events by `reason`, so a busy cluster's other Events never leave it)."""
 
 
 def resource_name(group: str, resource: str) -> str:
@@ -176,8 +180,8 @@ def resource_name(group: str, resource: str) -> str:
 
 
 class KubeClusterObjects:
-    """Lists what `gpupack report` judges (`CLUSTER_LISTS`: nodes, pods, PodDisruptionBudgets and DaemonSets, all
-    namespaces), paginated and raw, each item given its kind (list items carry none)."""
+    """Lists what `gpupack report` judges (`CLUSTER_LISTS`: nodes, pods, PodDisruptionBudgets, DaemonSets and the
+    `Preempted` Events, all namespaces), paginated and raw, each item given its kind (list items carry none)."""
 
     def __init__(self, api: client.ApiClient) -> None:
         core, policy, apps = client.CoreV1Api(api), client.PolicyV1Api(api), client.AppsV1Api(api)
@@ -186,11 +190,12 @@ class KubeClusterObjects:
             "Pod": core.list_pod_for_all_namespaces,
             "PodDisruptionBudget": policy.list_pod_disruption_budget_for_all_namespaces,
             "DaemonSet": apps.list_daemon_set_for_all_namespaces,
+            "Event": lambda **kw: core.list_event_for_all_namespaces(field_selector=PREEMPTED_EVENTS, **kw),
         }
         self._calls = [(kind, resource_name(group, resource), calls[kind]) for kind, group, resource in CLUSTER_LISTS]
 
     def read(self) -> list[dict[str, Any]]:
-        """Every object of the four kinds. Raises `KubeCallFailed` naming the list that failed (`LIST
+        """Every object of the five kinds. Raises `KubeCallFailed` naming the list that failed (`LIST
         poddisruptionbudgets.policy`) with the API server's status and message, or "no answer"."""
         objects: list[dict[str, Any]] = []
         for kind, resource, call in self._calls:

@@ -2,7 +2,8 @@
 
 The report's findings, the alerts and the extender's hot-node rule all read them here, so `gpupack report`, a
 firing alert and a refused node never disagree about what "hot" is. The defaults are the method's
-(docs/method.md): a node under 10 % for a week is idle, under 30 % in scope, over 85 % hot.
+(docs/method.md): a node under 10 % for a week is idle, under 30 % in scope, over 85 % hot. The preemption-churn
+levels are per day, so a day's window and a week's read alike.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ class Thresholds:
     """`oversized-workload`: whole-GPU pods under this utilization (percent)..."""
     oversized_memory: float = 0.5
     """...and under this fraction of the framebuffer: a MIG slice or a time-sliced replica would do."""
+    preemption_medium: float = 5.0
+    """`preemption-churn`: pods preempted per day of the window (kube-scheduler's victims) from which the churn is
+    `medium`; fewer, yet at least one, is `low`..."""
+    preemption_high: float = 50.0
+    """...and from which it is `high`: whole runs and warm caches lost every hour."""
 
     def node_class(self, util: float | None) -> NodeClass:
         """The guide's class of a node by its mean utilization (percent)."""

@@ -22,6 +22,7 @@ from gpupack.report.window import span, window
 
 if TYPE_CHECKING:
     from gpupack.core.policy import Policy
+    from gpupack.report.churn import Churn
     from gpupack.report.cluster import Cluster
     from gpupack.report.document import Report
     from gpupack.report.prices import Prices
@@ -44,14 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="nvidia-smi CSV logs, one per node: NODE=FILE, or files named for their nodes",
     )
     cluster = parser.add_mutually_exclusive_group()
-    cluster.add_argument("--kubeconfig", type=Path, help="read nodes, pods, PDBs and DaemonSets with this kubeconfig")
+    cluster.add_argument(
+        "--kubeconfig", type=Path, help="read nodes, pods, PDBs, DaemonSets and Preempted Events with this kubeconfig"
+    )
     cluster.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
     cluster.add_argument(
         "--cluster",
         nargs="+",
         type=Path,
         metavar="FILE",
-        help="`kubectl get nodes,pods,pdb,daemonsets -A -o json` output",
+        help="`kubectl get nodes,pods,pdb,daemonsets,events -A -o json` output",
     )
     parser.add_argument(
         "--window", help="length of the window (default 7d; nvidia-smi: what the logs cover; Prometheus durations)"
@@ -198,7 +201,9 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
     source = _source(args, policy)
     try:
         cluster = _cluster(args)
-        usage: Usage = source.usage(_window(args, source), metric, thresholds, progress)
+        asked = _window(args, source)
+        usage: Usage = source.usage(asked, metric, thresholds, progress)
+        churn = _churn(source, asked)
         comparison = None
         if sides:
             before, after = (
@@ -209,8 +214,17 @@ def report(args: argparse.Namespace, progress: Progress | None = None) -> Report
         close = getattr(source, "close", None)
         if close is not None:
             close()
-    inputs = Inputs(usage, cluster, policy, thresholds, prices)
+    inputs = Inputs(usage, cluster, policy, thresholds, prices, churn)
     return build_report(inputs, savings(inputs), comparison)
+
+
+def _churn(source: UsageSource, over: Window) -> Churn | None:
+    """kube-scheduler's preemption churn over the window, from the Prometheus the usage came from (None from
+    nvidia-smi logs, or a Prometheus without the scheduler's metrics)."""
+    from gpupack.report.churn import read_churn
+    from gpupack.report.prometheus import PrometheusUsage
+
+    return read_churn(source, over) if isinstance(source, PrometheusUsage) else None
 
 
 def _work(args: argparse.Namespace, source: UsageSource, over: Window) -> float | None:

@@ -1,5 +1,6 @@
-"""The cluster the report judges: nodes, pods, PodDisruptionBudgets and DaemonSets as the API returns them, from
-`kubectl get nodes,pods,pdb,daemonsets -A -o json` or read through the API (`gpupack.core.kube.KubeClusterObjects`).
+"""The cluster the report judges: nodes, pods, PodDisruptionBudgets, DaemonSets and Events as the API returns them,
+from `kubectl get nodes,pods,pdb,daemonsets,events -A -o json` or read through the API
+(`gpupack.core.kube.KubeClusterObjects`, which lists only the Events kube-scheduler writes on preemption victims).
 
 Objects stay raw JSON (the findings read a few fields each); this module answers the questions several findings
 ask: which pods run on a node, what a pod requests, which workload owns it, whether a node is spot.
@@ -22,7 +23,7 @@ from gpupack.extender.inventory import node_from_json
 
 MAX_CLUSTER_BYTES = 2 * 1024**3
 """The largest cluster file read (150,000 pods are about 1 GB of `kubectl get -o json`)."""
-KINDS = {"Node": "nodes", "Pod": "pods", "PodDisruptionBudget": "pdbs", "DaemonSet": "daemonsets"}
+KINDS = {"Node": "nodes", "Pod": "pods", "PodDisruptionBudget": "pdbs", "DaemonSet": "daemonsets", "Event": "events"}
 
 
 class ClusterError(ValueError):
@@ -37,6 +38,8 @@ class Cluster:
     pods: tuple[dict[str, Any], ...] = ()
     pdbs: tuple[dict[str, Any], ...] = ()
     daemonsets: tuple[dict[str, Any], ...] = ()
+    events: tuple[dict[str, Any], ...] = ()
+    """core/v1 Events (`gpupack.report.victims` reads those with reason `Preempted`)."""
     source: str = "cluster"
     _by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -126,6 +129,7 @@ def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") 
         pods=tuple(grouped["pods"]),
         pdbs=tuple(grouped["pdbs"]),
         daemonsets=tuple(grouped["daemonsets"]),
+        events=tuple(grouped["events"]),
         source=source,
     )
 
@@ -150,7 +154,7 @@ def _items(document: Any, where: str) -> list[Mapping[str, Any]]:
 
 
 def read_cluster_file(paths: Iterable[Path]) -> Cluster:
-    """Objects from `kubectl get nodes,pods,pdb,daemonsets -A -o json` output, in one file or several. Raises
+    """Objects from `kubectl get nodes,pods,pdb,daemonsets,events -A -o json` output, in one file or several. Raises
     ClusterError (naming the file) or OSError."""
     objects: list[Mapping[str, Any]] = []
     names = []

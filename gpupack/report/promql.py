@@ -16,6 +16,8 @@ samples. What each costs decided its shape (Prometheus 2.42, a week of 500 nodes
   Python (a pod change starts a new series; `gpupack.core.dcgm.node_of` names the node, so an exporter upgraded past
   dcgm-exporter #655 in the window, `Hostname` then `hostname`, stays one node).
 
+kube-scheduler's preemption counters (`scheduler_increase`) are read the same way: one number per scheduler.
+
 Windows are half open, [start, end): instant queries are evaluated 1 ms before the end (Prometheus 2's range
 selectors include both ends, Prometheus 3's only the last; a millisecond earlier both read [start, end)), and the
 hourly query shifts its selectors back 1 ms for the same reason.
@@ -34,6 +36,16 @@ WHOLE_ENGINE = f'{GR_ENGINE_ACTIVE}{{{INSTANCE}=""}}'
 MIG_ENGINE = f'{GR_ENGINE_ACTIVE}{{{INSTANCE}!=""}}'
 FINITE = " > -Inf < Inf"
 """Appended to an instant vector: keeps the samples that are numbers (NaN compares false with everything)."""
+
+
+PREEMPTION_ATTEMPTS = "scheduler_preemption_attempts_total"
+"""kube-scheduler's counter of preemption attempts (v1.36 `pkg/scheduler/metrics/metrics.go`, STABLE): one per
+PostFilter run of the default preemption plugin, whether or not it found victims. No labels of its own."""
+PREEMPTION_VICTIMS = "scheduler_preemption_victims"
+"""kube-scheduler's histogram of the victims each preemption chose (same file, STABLE; buckets 1, 2, 4 ... 64): its
+`_count` is the preemptions that went ahead, its `_sum` the pods they took. No labels of its own: it names no pod."""
+SCHEDULER_LABEL = "job"
+"""The scrape job: the only label that tells two schedulers (the default one and gpupack's) apart."""
 
 
 def duration(seconds: float) -> str:
@@ -121,3 +133,10 @@ def hourly(metric: UtilizationMetric, node_label: str | None, profiles: Iterable
     if fold:
         per_gpu = f"{per_gpu} or ({fold})"
     return f"avg by ({node}) (clamp(({per_gpu}){FINITE}, 0, 100))"
+
+
+def scheduler_increase(counter: str, window_seconds: float) -> str:
+    """Per scrape job, what a kube-scheduler counter (`PREEMPTION_ATTEMPTS`, or `PREEMPTION_VICTIMS`' `_sum` or
+    `_count`) grew by over the window, its instances summed (only the leader schedules; a restart resets the
+    counter, which `increase` counts from zero). `increase` extrapolates to the window's edges: about a count."""
+    return f"sum by ({SCHEDULER_LABEL}) (increase({counter}[{duration(window_seconds)}]))"

@@ -10,6 +10,7 @@ from typing import Any
 from gpupack.core.objects import is_spot, labels_of
 from gpupack.core.policy import Policy
 from gpupack.core.thresholds import NodeClass, Thresholds
+from gpupack.report.churn import Churn
 from gpupack.report.cluster import Cluster, key
 from gpupack.report.prices import Prices
 from gpupack.report.usage import GpuUsage, NodeUsage, Usage
@@ -18,13 +19,15 @@ from gpupack.report.usage import GpuUsage, NodeUsage, Usage
 @dataclass(frozen=True)
 class Inputs:
     """The window's usage, the cluster (None when the report has no cluster source), the policy gpupack would
-    apply, the thresholds and the prices (None: GPU-hours only)."""
+    apply, the thresholds, the prices (None: GPU-hours only) and kube-scheduler's preemption churn (None when
+    the source has no scheduler metrics)."""
 
     usage: Usage
     cluster: Cluster | None
     policy: Policy
     thresholds: Thresholds = field(default_factory=Thresholds)
     prices: Prices | None = None
+    churn: Churn | None = None
 
     @cached_property
     def nodes(self) -> dict[str, NodeUsage]:

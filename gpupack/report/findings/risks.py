@@ -5,6 +5,7 @@ guide's warning: an interruption takes a service down or loses state)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpupack.core import contract
@@ -17,7 +18,7 @@ BATCH_OWNERS = ("Job", "CronJob")
 """Controllers of run-to-completion pods: not serving anything whose latency matters."""
 
 
-def _serving(pod: dict[str, Any]) -> str | None:
+def serving(pod: Mapping[str, Any]) -> str | None:
     """Why the pod counts as inference, or None: labelled or admitted as inference, or, without a gpupack label,
     run by a ReplicaSet (a Deployment's: GPU Deployments serve models)."""
     labels = labels_of(pod)
@@ -47,7 +48,7 @@ def _inference_or_stateful(pod: dict[str, Any]) -> str | None:
     """Why a pod must stay off spot, or None."""
     if is_statefulset_pod(pod):
         return "StatefulSet pod"
-    return _serving(pod)
+    return serving(pod)
 
 
 def findings(inputs: Inputs) -> list[Finding]:
