@@ -92,7 +92,7 @@ class PreemptOutcome:
     """Victims given back: proposed by kube-scheduler, not needed by the pod."""
 
 
-def _without(snap: NodeSnapshot, victims: Sequence[PodRecord]) -> NodeSnapshot:
+def without(snap: NodeSnapshot, victims: Sequence[PodRecord]) -> NodeSnapshot:
     """The node as it is once `victims` are gone (their GPUs' utilization stays: the window cannot cool in time)."""
     used = dict(snap.used)
     for victim in victims:
@@ -142,7 +142,7 @@ def preempt(
             continue
         known = [uid for uid in candidate.victims if (p := pods.get(uid)) is not None and p.node == name]
         unknown = tuple(uid for uid in candidate.victims if uid not in known)
-        refusal = _refusal(demand, _without(snap, [pods[uid] for uid in known]), policy)
+        refusal = _refusal(demand, without(snap, [pods[uid] for uid in known]), policy)
         if refusal is not None:
             dropped[name] = refusal
             continue
@@ -152,7 +152,7 @@ def preempt(
             fewer = [v for v in needed if v != uid]
             if not fewer and not unknown:
                 break  # a candidate with no victim is dropped by kube-scheduler: it needs at least one
-            if _refusal(demand, _without(snap, [pods[v] for v in fewer]), policy) is None:
+            if _refusal(demand, without(snap, [pods[v] for v in fewer]), policy) is None:
                 needed = fewer
         trimmed += len(known) - len(needed)
         records = [pods[uid] for uid in needed]

@@ -6,12 +6,16 @@ Like kube-scheduler's assume cache, a pod ranked first is counted on its node un
 (anywhere), is deleted, or its assumption expires.
 
 Usage per node is kept as running sums updated on each pod event, so a verb never walks the pods.
+
+The victims the preempt verb agreed to are remembered per preemptor (`ClusterState.preempting`), so that the pod's
+next filter does not refuse the node they die for while the watch has not yet shown them gone.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpupack.extender.inventory import NodeRecord
@@ -32,6 +36,22 @@ class PodRecord:
     """False for a DaemonSet's pod (it counts in usage, not as a pod that puts the node in use)."""
     rank: int = 3
     """What losing it costs, as a preemption victim (`extender.preemption.victim_rank`; 3: of unknown worth)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preempting:
+    """The victims the preempt verb agreed to for one preemptor, per candidate node, and until when that holds."""
+
+    victims: Mapping[str, tuple[str, ...]]
+    expires: float
+
+
+PREEMPTING_SECONDS = 600.0
+"""How long the victims agreed for a preemptor count as leaving for it: longer than any sensible termination grace
+period (kube-scheduler waits for the victims before it retries the pod), so the record outlives the race it is
+for, and bounded so a preemptor that never comes back is forgotten."""
+PREEMPTING_MAX = 4096
+"""Preemptors remembered at most (the oldest is forgotten first): a preemption storm cannot grow memory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +77,7 @@ class ClusterState:
         self._usage: dict[str, dict[str, int]] = {}
         self._assumed: dict[str, Assumed] = {}
         self._assumed_by_node: dict[str, set[str]] = {}
+        self._preempting: OrderedDict[str, Preempting] = OrderedDict()
         self.synced = False
         """True once a first full list of nodes and pods has been applied."""
         self.epoch = 0
@@ -127,6 +148,7 @@ class ClusterState:
                     self._by_node.pop(old.node, None)
         if node:
             self._forget_assumed(key)
+            self._preempting.pop(key, None)
             self.pods[key] = record = PodRecord(node, requests, workload, rank)
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = record  # an update keeps its place
@@ -136,6 +158,7 @@ class ClusterState:
         """A deleted pod frees what it used and its assumption."""
         self.upsert_pod(key, None, ())
         self._forget_assumed(key)
+        self._preempting.pop(key, None)
 
     def replace_pods(self, pods: Iterable[tuple[str, str, Requests, bool, int]]) -> None:
         """Replace every pod (after a full list): (key, node, requests, workload, rank) of the bound, running ones."""
@@ -208,6 +231,44 @@ class ClusterState:
     def assumed_count(self) -> int:
         """Assumptions held (expired ones included until their node is next read)."""
         return len(self._assumed)
+
+    # victims on their way out ------------------------------------------------------------------------------
+    def preempting(
+        self, key: str, victims: Mapping[str, Sequence[str]], ttl: float = PREEMPTING_SECONDS, now: float | None = None
+    ) -> None:
+        """Remember that the preempt verb agreed to `victims` (node -> victim keys) for preemptor `key`.
+
+        kube-scheduler deletes the victims on the node it picks and retries the pod as soon as its own cache sees
+        them gone. The extender's watch may deliver those deletions a moment later (seen on a real control plane
+        under load: 460 ms), and a filter that still counts the victims refuses the very node they died for, as
+        resolvable, so kube-scheduler preempts again elsewhere. `leaving` lets the filter count them gone for
+        this pod only (`verbs.filter_nodes`). Nothing else reads the record, so it cannot make room for another
+        pod; it is dropped when the pod is seen bound or deleted, after `ttl`, or when `PREEMPTING_MAX` newer
+        ones push it out.
+        """
+        if not victims:
+            return
+        self._preempting.pop(key, None)
+        self._preempting[key] = Preempting(
+            {node: tuple(keys) for node, keys in victims.items()}, (now or time.monotonic()) + ttl
+        )
+        while len(self._preempting) > PREEMPTING_MAX:
+            self._preempting.popitem(last=False)
+
+    def leaving(self, key: str, node: str, now: float | None = None) -> list[PodRecord]:
+        """The victims agreed for preemptor `key` on `node` that the cache still holds there (empty once they are
+        gone, or when there is no live record)."""
+        record = self._preempting.get(key)
+        if record is None:
+            return []
+        if record.expires <= (now or time.monotonic()):
+            del self._preempting[key]
+            return []
+        return [p for v in record.victims.get(node, ()) if (p := self.pods.get(v)) is not None and p.node == node]
+
+    def preempting_count(self) -> int:
+        """Preemptors remembered (expired ones included until read)."""
+        return len(self._preempting)
 
     # reading -----------------------------------------------------------------------------------------------
     def used(self, node: str, now: float | None = None, assumed: list[Assumed] | None = None) -> Mapping[str, int]:

@@ -27,7 +27,7 @@ from gpupack.extender.demand import PodDemand
 from gpupack.extender.filter import Rejection, reject
 from gpupack.extender.inventory import CPU, MEMORY, NodeRecord, node_from_json
 from gpupack.extender.live import LiveMetrics
-from gpupack.extender.preemption import Candidate, PreemptOutcome, preempt
+from gpupack.extender.preemption import Candidate, PreemptOutcome, preempt, without
 from gpupack.extender.score import priorities, scores
 from gpupack.extender.snapshot import NodeSnapshot
 from gpupack.extender.state import ClusterState
@@ -319,7 +319,11 @@ def decide(demand: PodDemand, args: ExtenderArgs, view: View) -> Decisions:
 
 
 def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOutcome:
-    """Apply `extender.filter.reject` to each candidate. Raises ArgsError for unreadable full Nodes."""
+    """Apply `extender.filter.reject` to each candidate. Raises ArgsError for unreadable full Nodes.
+
+    A node refused only for want of the pod's GPU resource is judged again without the victims the preempt verb
+    agreed to for this pod there (`ClusterState.preempting`): kube-scheduler sends it only once its own cache
+    has them gone, and the watch may not have shown it yet."""
     decided = decide(demand, args, view)
     names, rejections = decided.names, decided.rejections
     if not rejections or rejections.keys().isdisjoint(names):  # the usual case: no Python-level loop
@@ -327,6 +331,8 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
     outcome = FilterOutcome()
     for name in names:
         rejection = rejections.get(name)
+        if rejection is not None and rejection.kind == "insufficient":
+            rejection = _without_leaving(demand, name, rejection, view)
         if rejection is None:
             outcome.passed.append(name)
             continue
@@ -336,6 +342,17 @@ def filter_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> FilterOut
         else:
             outcome.failed[name] = rejection.reason
     return _assumed_if_alone(demand, outcome, view)
+
+
+def _without_leaving(demand: PodDemand, name: str, rejection: Rejection, view: View) -> Rejection | None:
+    """`rejection` of node `name`, or the verdict there once the victims leaving for this pod are gone."""
+    now = time.monotonic()
+    leaving = view.state.leaving(demand.key, name, now)
+    record = view.state.nodes.get(name)
+    if not leaving or record is None:
+        return rejection
+    snap = without(snapshot(record, view, now, time.time(), demand.key), leaving)
+    return reject(demand, snap, view.policy)
 
 
 def _assumed_if_alone(demand: PodDemand, outcome: FilterOutcome, view: View) -> FilterOutcome:
@@ -412,7 +429,8 @@ def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:
 
 def preempt_nodes(demand: PodDemand, args: PreemptionArgs, view: View) -> PreemptOutcome:
     """The preempt verb over kube-scheduler's candidates (`extender.preemption.preempt`), on the watch cache's
-    nodes as they are now, this pod's own assumption left out."""
+    nodes as they are now, this pod's own assumption left out. The victims kept are remembered for the pod's
+    next filter (`filter_nodes`)."""
     now, wall = time.monotonic(), time.time()
     snapshots = {}
     for name in args.victims:
@@ -421,7 +439,9 @@ def preempt_nodes(demand: PodDemand, args: PreemptionArgs, view: View) -> Preemp
             snapshots[name] = snapshot(record, view, now, wall, demand.key)
     candidates = {name: Candidate(uids, violations) for name, (uids, violations) in args.victims.items()}
     measured = view.live.newest() is not None
-    return preempt(demand, candidates, snapshots, view.state.pods, view.policy, measured)
+    outcome = preempt(demand, candidates, snapshots, view.state.pods, view.policy, measured)
+    view.state.preempting(demand.key, {name: kept.victims for name, kept in outcome.kept.items()}, now=now)
+    return outcome
 
 
 def describe_state(view: View, now: float | None = None) -> dict[str, Any]:

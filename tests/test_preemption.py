@@ -19,7 +19,7 @@ from gpupack.extender.preemption import (
     victim_rank,
 )
 from gpupack.extender.snapshot import NodeSnapshot
-from gpupack.extender.state import PodRecord, Requests
+from gpupack.extender.state import PREEMPTING_MAX, ClusterState, PodRecord, Requests
 from gpupack.extender.wire import ArgsError, parse_preemption_args, preemption_result
 from tests.extender_kit import (
     A100_BALANCED,
@@ -349,3 +349,65 @@ async def test_a_pod_it_cannot_read_gets_the_candidates_back_unchanged(aiohttp_c
     answer = await client.post("/preempt", data=orjson.dumps(args))
     assert answer.status == 200
     assert await answer.json() == {"NodeNameToMetaVictims": {"n": {"Pods": [{"UID": "a"}], "NumPDBViolations": 0}}}
+
+
+# the preemptor's next filter -----------------------------------------------------------------------------------
+
+
+async def preempted(aiohttp_client: Any) -> tuple[Any, Any]:
+    """An extender whose cache holds one H100 node full with a batch pod, and the answer of a preemption there."""
+    nodes = [node("h1", gpus={GPU: 1}, labels=H100)]
+    extender = extender_for(nodes, [bound("sweep", "h1", GPU, {"gpupack.io/workload": "batch"})])
+    client = await aiohttp_client(make_app(extender, registry()))
+    args = {
+        "Pod": gpu_pod(GPU, 1, "training", name="urgent"),
+        "NodeNameToMetaVictims": {"h1": {"Pods": [{"UID": "uid-sweep"}]}},
+    }
+    answer = await client.post("/preempt", data=orjson.dumps(args))
+    assert (await answer.json())["NodeNameToMetaVictims"] == {
+        "h1": {"Pods": [{"UID": "uid-sweep"}], "NumPDBViolations": 0}
+    }
+    return client, extender
+
+
+async def filtered(client: Any, name: str) -> dict[str, Any]:
+    answer = await client.post(
+        "/filter", data=orjson.dumps({"Pod": gpu_pod(GPU, 1, "training", name=name), "NodeNames": ["h1"]})
+    )
+    result: dict[str, Any] = await answer.json()
+    return result
+
+
+async def test_the_preemptor_passes_the_node_its_victims_leave_before_the_watch_shows_them_gone(
+    aiohttp_client: Any,
+) -> None:
+    # kube-scheduler retries the preemptor as soon as its own cache has the victim gone; the extender's watch may
+    # still hold it (460 ms late on a loaded real control plane): refusing h1 then made kube-scheduler preempt again
+    # on another node, killing a pod for nothing.
+    client, _ = await preempted(aiohttp_client)
+    assert (await filtered(client, "urgent"))["NodeNames"] == ["h1"]
+
+
+async def test_another_pod_still_counts_the_leaving_victim(aiohttp_client: Any) -> None:
+    client, _ = await preempted(aiohttp_client)
+    result = await filtered(client, "other")
+    assert result["NodeNames"] == [] and "0 of 1 nvidia.com/gpu free" in result["FailedNodes"]["h1"]
+
+
+async def test_the_record_ends_when_the_preemptor_is_seen_bound(aiohttp_client: Any) -> None:
+    _, extender = await preempted(aiohttp_client)
+    assert extender.state.leaving("uid-urgent", "h1")
+    extender.state.upsert_pod("uid-urgent", "h1", ((GPU, 1),))
+    assert not extender.state.leaving("uid-urgent", "h1") and extender.state.preempting_count() == 0
+
+
+def test_a_record_expires_and_the_oldest_go_first_past_the_bound() -> None:
+    state = ClusterState()
+    state.upsert_pod("v", "h1", ((GPU, 1),))
+    state.preempting("p", {"h1": ["v"]}, ttl=10, now=100.0)
+    assert [r.node for r in state.leaving("p", "h1", now=105.0)] == ["h1"]
+    assert state.leaving("p", "h1", now=111.0) == [] and state.preempting_count() == 0
+    for i in range(PREEMPTING_MAX + 5):
+        state.preempting(f"p{i}", {"h1": ["v"]}, now=100.0)
+    assert state.preempting_count() == PREEMPTING_MAX
+    assert state.leaving("p0", "h1", now=101.0) == [] and state.leaving(f"p{PREEMPTING_MAX + 4}", "h1", now=101.0)
