@@ -161,7 +161,11 @@ def _parser() -> argparse.ArgumentParser:
         help="random, spread, binpack, bestfit, dotproduct, fgd, gpupack or gpupack-autoscaled; repeat to choose "
         "several (default: all)",
     )
-    sim.add_argument("--seeds", type=int, help="seeds 42, 43, ... (default 10)")
+    sim.add_argument(
+        "--seeds",
+        type=int,
+        help="seeds 42, 43, ... (default 10); with --compare-preemption, days from the scenario's seed",
+    )
     sim.add_argument(
         "--jobs",
         type=positive_int,
@@ -173,6 +177,13 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE.yaml",
         help="instead of the trace: a synthetic day (e.g. scenarios/synthetic-day.yaml) under spread and gpupack",
+    )
+    sim.add_argument(
+        "--compare-preemption",
+        action="store_true",
+        default=None,
+        help="with --scenario: the gpupack run with kube-scheduler's preemption alone and with the extender's preempt "
+        "verb, over --seeds days (default 20): victims, victims killed for nothing, GPU-hours of work lost",
     )
     sim.add_argument("--scale", type=positive_float, help="with --scenario: multiply nodes, replicas and arrival rates")
     sim.add_argument("--hours", type=positive_float, help="with --scenario: override the simulated hours")

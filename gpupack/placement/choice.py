@@ -12,8 +12,10 @@ required affinity, taints, a cordoned node, resource fit: `gpupack.placement.sch
 - without it: LeastAllocated (`extender.score.spread`), nothing of gpupack;
 
 adds them up as kube-scheduler does (`final_scores`, with preferred node affinity), breaks ties at random like
-`selectHost`, and binds. A pod that fits nowhere is left pending, and the pods of its shape and constraints after it
-are not tried again in the same pass, as the scheduling queue backs them off.
+`selectHost`, and binds. A pod that fits nowhere may preempt (`Placement.preemption`: kube-scheduler's
+DefaultPreemption, `gpupack.placement.preemption`, with the extender's preempt verb or without it) and is then
+tried again at once; otherwise it is left pending, and the pods of its shape and constraints after it are not
+tried again in the same pass, as the scheduling queue backs them off.
 """
 
 from __future__ import annotations
@@ -26,14 +28,22 @@ import orjson
 
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import PodDemand
+from gpupack.extender.filter import reject
 from gpupack.extender.inventory import NodeRecord, node_from_json
 from gpupack.extender.live import LiveMetrics, NodeUtils
+from gpupack.extender.preemption import Candidate, preempt, victim_rank
 from gpupack.extender.score import priorities, spread
 from gpupack.extender.state import ClusterState
 from gpupack.extender.typical import ShapeBook
 from gpupack.extender.verbs import View, judge, snapshot
 from gpupack.placement.accounting import gpus_in_use
+from gpupack.placement.preemption import Running, pick, select_victims
 from gpupack.placement.scheduler import final_scores, fits, preferred_affinity, selects, tolerates
+
+MAX_PREEMPTIONS_PER_TRY = 3
+"""Preemptions one pod may make in one pass before it is left pending: kube-scheduler preempts again when the pod
+still fits nowhere once its victims are gone (the extender refused the node they died on), each time killing at
+least one pod, so the bound only keeps a pass short."""
 
 UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 """The taint kube-scheduler's NodeUnschedulable plugin checks a cordoned node's pods against."""
@@ -137,6 +147,16 @@ class Placement:
         ties = [n for n, total in totals.items() if total == best]
         return ties[int(self.rng.integers(len(ties)))] if len(ties) > 1 else ties[0]
 
+    def passes(self, pending: Placeable, name: str, view: View, now: float) -> bool:
+        """Whether `name` passes every filter for the pod: kube-scheduler's, then the extender's (kube-scheduler's
+        check of a preemptor's nominated node, which it binds to without scoring when it passes)."""
+        record, demand = self.records[name], pending.demand
+        if not self.statically_ok(pending, name) or not fits(
+            demand.requests, record.allocatable, self.state.used(name)
+        ):
+            return False
+        return not self.extender or reject(demand, snapshot(record, view, now, now), self.policy) is None
+
     def extender_ranks(
         self, pending: Placeable, candidates: list[NodeRecord], view: View, now: float
     ) -> dict[str, int]:
@@ -159,18 +179,85 @@ class Placement:
         ranking changes little."""
         return {r.name: spread(pending.demand, snapshot(r, view, now, now)) for r in candidates}
 
-    def bind(self, pending: Placeable, node: str) -> None:
-        """The pod is bound to `node`: counted in the state the next choices read."""
-        self.state.upsert_pod(pending.demand.key, node, tuple(pending.demand.requests.items()))
+    def preemption(
+        self,
+        pending: Placeable,
+        priority: int,
+        running: Mapping[str, Sequence[Running]],
+        view: View,
+        now: float,
+        *,
+        verb: bool,
+    ) -> tuple[str, tuple[Running, ...]] | None:
+        """Where kube-scheduler preempts for a pod that fits nowhere, and the victims it deletes there; None when it
+        finds no candidate (`gpupack.placement.preemption` says how). `running` holds the bound pods per node;
+        `verb`: the extender answers kube-scheduler's preempt verb (`extender.preemption.preempt`, the function
+        behind `POST /preempt`), as the shipped configuration has it.
 
-    def place(self, queue: Iterable[P], view: View, now: float, bind: Callable[[P, str], None]) -> list[P]:
+        A node kube-scheduler's static filters rule out is unresolvable; a node whose resources fit the pod was
+        refused by the extender, a candidate only when the refusal is resolvable; a node that failed the fit was
+        never sent to the extender, so it is a candidate whatever the extender would say of it."""
+        demand = pending.demand
+        requests = demand.requests
+        candidates: dict[str, tuple[Running, ...]] = {}
+        for name, record in self.records.items():
+            if not self.statically_ok(pending, name):
+                continue
+            used = self.state.used(name)
+            if fits(requests, record.allocatable, used):
+                rejection = reject(demand, snapshot(record, view, now, now), self.policy) if self.extender else None
+                if rejection is None or rejection.unresolvable:
+                    continue
+            victims = select_victims(requests, priority, record.allocatable, used, running.get(name, ()))
+            if victims:
+                candidates[name] = victims
+        if verb and self.extender and candidates:
+            outcome = preempt(
+                demand,
+                {name: Candidate(tuple(v.key for v in victims)) for name, victims in candidates.items()},
+                {name: snapshot(self.records[name], view, now, now) for name in candidates},
+                self.state.pods,
+                self.policy,
+                view.live.newest() is not None,
+            )
+            by_key = {v.key: v for victims in candidates.values() for v in victims}
+            candidates = {name: tuple(by_key[k] for k in kept.victims) for name, kept in outcome.kept.items()}
+        node = pick(candidates, self.rng)
+        return None if node is None else (node, candidates[node])
+
+    def bind(self, pending: Placeable, node: str) -> None:
+        """The pod is bound to `node`: counted in the state the next choices read, with what losing it would cost
+        (`victim_rank`, read by the preempt verb)."""
+        meta = pending.pod.get("metadata") or {}
+        rank = victim_rank(meta.get("labels") or {}, meta.get("annotations") or {})
+        self.state.upsert_pod(pending.demand.key, node, tuple(pending.demand.requests.items()), rank=rank)
+
+    def place(
+        self,
+        queue: Iterable[P],
+        view: View,
+        now: float,
+        bind: Callable[[P, str], None],
+        preempt: Callable[[P], str | None] | None = None,
+    ) -> list[P]:
         """Choose a node for each pod of `queue` in order and call `bind` with it (which must call `self.bind`);
-        returns the pods left pending. A shape that failed is not tried again in the pass."""
+        returns the pods left pending. A pod that fits nowhere is handed to `preempt`, which deletes victims and
+        returns the node it nominated (None: no preemption, see `preemption`); the pod is then tried again at
+        once, with the same live data (the victims are gone within seconds, long before a utilization window
+        moves), on its nominated node first as kube-scheduler does. A shape that failed is not tried again in
+        the pass."""
         failed: set[tuple[object, ...]] = set()
         left: list[P] = []
         for pending in queue:
             shape = (pending.demand.shape, pending.constraints)
             node = None if shape in failed else self.choose(pending, view, now)
+            tries = 0
+            while node is None and preempt is not None and shape not in failed and tries < MAX_PREEMPTIONS_PER_TRY:
+                tries += 1
+                nominated = preempt(pending)
+                if nominated is None:
+                    break
+                node = nominated if self.passes(pending, nominated, view, now) else self.choose(pending, view, now)
             if node is None:
                 failed.add(shape)
                 left.append(pending)

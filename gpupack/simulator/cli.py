@@ -21,8 +21,10 @@ PROGRESS_AFTER = 2.0
 
 
 TRACE_ONLY = ("trace", "variant", "policy", "seeds", "jobs")
-SCENARIO_ONLY = ("scale", "hours")
+SCENARIO_ONLY = ("scale", "hours", "compare_preemption")
 DEFAULT_SEEDS = 10
+PREEMPTION_SEEDS = 20
+"""Days the preemption comparison runs by default: one day's few preemptions say little."""
 
 
 def available_cores() -> int:
@@ -33,8 +35,10 @@ def available_cores() -> int:
 def check_flags(args: argparse.Namespace) -> None:
     """Refuse flags of the other mode (trace replay or synthetic day) rather than ignore them, and a plot path
     that cannot be written, before minutes of simulation."""
-    wrong = SCENARIO_ONLY if args.scenario is None else TRACE_ONLY
-    given = [f"--{name}" for name in wrong if getattr(args, name) is not None]
+    wrong: tuple[str, ...] = SCENARIO_ONLY if args.scenario is None else TRACE_ONLY
+    if args.scenario is not None and getattr(args, "compare_preemption", None):
+        wrong = tuple(name for name in wrong if name != "seeds")  # the comparison's days
+    given = [f"--{name.replace('_', '-')}" for name in wrong if getattr(args, name, None) is not None]
     if given:
         mode = "--scenario" if args.scenario is not None else "the trace replay"
         raise ValueError(f"{', '.join(given)} cannot be used with {mode}")
@@ -116,6 +120,15 @@ def run_scenario(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     changes = {k: v for k, v in (("scale", args.scale), ("hours", args.hours)) if v is not None}
     scenario = scenario.with_changes(**changes) if changes else scenario
+    if getattr(args, "compare_preemption", None):
+        from gpupack.simulator.day.preemption import compare_preemption
+        from gpupack.simulator.day.preemption import table as preemption_table
+
+        if args.plot:
+            raise ValueError("--plot cannot be used with --compare-preemption")
+        data = compare_preemption(scenario, PREEMPTION_SEEDS if args.seeds is None else args.seeds)
+        print(json.dumps(data, indent=2) if args.json else preemption_table(data))
+        return 0
     results = run_all(scenario)
     comparison = compare(scenario, results)
     print(json.dumps(comparison, indent=2) if args.json else day_table(comparison))

@@ -254,6 +254,8 @@ class JobArrival:
     pod: dict[str, Any]
     busy: float
     run_steps: int
+    checkpoint_steps: int | None = None
+    """Steps between the job's checkpoints (None: it does not checkpoint)."""
 
 
 def _duration_steps(rng: np.random.Generator, jobs: Jobs, step_minutes: float) -> int:
@@ -275,13 +277,14 @@ def job_arrivals(scenario: Scenario) -> list[JobArrival]:
         rate = jobs.arrivals_per_hour * scenario.scale * scenario.step_minutes / 60
         counts = rng.poisson(rate, total) if rate > 0 else np.zeros(total, dtype=np.int64)
         ordinal = 0
+        checkpoint = max(1, round(jobs.checkpoint_minutes / scenario.step_minutes)) if jobs.checkpoint else None
         for step, count in enumerate(counts):
             for _ in range(int(count)):
                 ordinal += 1
                 gpus = int(rng.choice(jobs.gpu_choices))
                 busy = draw_busy(rng, jobs.utilization)
                 run = _duration_steps(rng, jobs, scenario.step_minutes)
-                out.append(JobArrival(step, job_pod(jobs, kind, ordinal, gpus), busy, run))
+                out.append(JobArrival(step, job_pod(jobs, kind, ordinal, gpus), busy, run, checkpoint))
     out.sort(key=lambda a: a.step)  # stable: streams keep their order within a step
     return out
 

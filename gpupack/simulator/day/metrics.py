@@ -51,7 +51,13 @@ class SimPod:
     kind: str = ""
     """The class the scenario gave it (inference, training, batch): the same in every run, whether or not a
     webhook annotated the pod with it."""
+    checkpoint_steps: int | None = None
+    """Steps between a job's checkpoints (None: it does not checkpoint, or is no job)."""
     node: str | None = None
+    started: int = 0
+    """The step it was bound (kube-scheduler's preemption spares the older of two equals)."""
+    gpus_held: float = 0.0
+    """GPUs' worth it holds where it is bound (a MIG slice its share, a time-sliced replica 1 / replicas)."""
     gpu_work: float = 0.0
     """GPUs' worth of work it does where it is bound."""
 
@@ -90,6 +96,8 @@ class DayResult:
     pending_minutes_by_class: Mapping[str, float] = field(default_factory=dict)
     pods_created: int = 0
     pods_denied: int = 0
+    preemption: Mapping[str, Any] = field(default_factory=dict)
+    """What preemption cost in the day (`Meter.preemption_summary`)."""
 
     @property
     def mean_utilization(self) -> float:
@@ -129,6 +137,7 @@ class DayResult:
             "pods_created": self.pods_created,
             "pods_denied": self.pods_denied,
             "pending_at_end": self.pending[-1] if self.pending else 0,
+            **self.preemption,
             "nodes": self.nodes,
             "gpus": self.gpus,
         }
@@ -155,6 +164,38 @@ class Meter:
         self.pending_minutes: dict[str, float] = {}
         self.created = 0
         self.denied = 0
+        self.preemptions = 0
+        self.victims: dict[str, int] = {}
+        self.lost: dict[str, float] = {}
+        self.wasted = 0
+        self.wasted_lost = 0.0
+
+    def preempted(self, step: int, victims: Iterable[tuple[str, float]]) -> None:
+        """One preemption at `step`: each victim's class and the GPU-hours of its work lost (measured steps only)."""
+        if step < self.warmup:
+            return
+        self.preemptions += 1
+        for cls, lost in victims:
+            self.victims[cls] = self.victims.get(cls, 0) + 1
+            self.lost[cls] = self.lost.get(cls, 0.0) + lost
+
+    def wasted_victims(self, step: int, count: int, lost: float) -> None:
+        """Victims of a preemption at `step` that made room on a node the preemptor never ran on."""
+        if step >= self.warmup:
+            self.wasted += count
+            self.wasted_lost += lost
+
+    def preemption_summary(self) -> dict[str, Any]:
+        """Preemptions, victims (by class), victims killed for nothing, and GPU-hours of work lost, rounded."""
+        return {
+            "preemptions": self.preemptions,
+            "victims": sum(self.victims.values()),
+            "victims_by_class": dict(sorted(self.victims.items())),
+            "wasted_victims": self.wasted,
+            "gpu_hours_lost": round(sum(self.lost.values()), 1),
+            "gpu_hours_lost_by_class": {k: round(v, 1) for k, v in sorted(self.lost.items())},
+            "wasted_gpu_hours_lost": round(self.wasted_lost, 1),
+        }
 
     def record(self, step: int, state: ClusterState, work: Mapping[str, float], pending: Iterable[SimPod]) -> None:
         """The state after the step's scheduling (emptiness always; the rest only on measured steps)."""
@@ -228,6 +269,7 @@ class Meter:
             pending_minutes_by_class=dict(self.pending_minutes),
             pods_created=self.created,
             pods_denied=self.denied,
+            preemption=self.preemption_summary(),
         )
 
 
@@ -292,6 +334,9 @@ ROWS = (
     ("  removable nodes on average", "removable_nodes_mean", "{:.2f}"),
     ("pending pod-minutes", "pending_pod_minutes", "{:.0f}"),
     ("  pods still pending at the end", "pending_at_end", "{}"),
+    ("pods preempted (victims)", "victims", "{}"),
+    ("  killed for nothing", "wasted_victims", "{}"),
+    ("  GPU-hours of their work lost", "gpu_hours_lost", "{:.1f}"),
     ("pods created", "pods_created", "{}"),
     ("pods refused by the webhook", "pods_denied", "{}"),
 )

@@ -168,6 +168,9 @@ class Jobs(_Model):
     """The `gpupack.io/sharing` label; absent: the class default (training exclusive, batch time-sliced)."""
     checkpoint: bool = False
     """The `gpupack.io/checkpoint` label."""
+    checkpoint_minutes: float = Field(default=30.0, gt=0, le=24 * 60)
+    """How often a checkpointing job saves its progress: preempted, it loses what it did since its last checkpoint,
+    and one that does not checkpoint loses all it did."""
     utilization: Spread = Spread(mean=0.85, sd=0.08)
 
     @field_validator("gpus")

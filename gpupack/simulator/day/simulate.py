@@ -24,13 +24,18 @@ Ties are broken at random like kube-scheduler's `selectHost`.
     plot_day(results, Path("day.png"))
 
 `gpupack simulate --scenario FILE [--scale F] [--hours H] [--json] [--plot FILE]` prints the comparison.
-Not modelled: preemption, spot interruptions, Cluster Autoscaler actually removing or adding nodes (removable
+A pod that fits nowhere preempts as kube-scheduler's DefaultPreemption does (`gpupack.placement.preemption`), with the
+extender's preempt verb in the runs with gpupack unless `run_day(preemption=...)` says otherwise; a victim's Job
+starts again with the work it had saved by checkpoints (`checkpointMinutes`), a ReplicaSet's replica is replaced.
+The meter counts the victims, those killed on a node their preemptor never ran on, and the GPU-hours of work lost.
+Not modelled: spot interruptions, Cluster Autoscaler actually removing or adding nodes (removable
 node-hours are what it could save, measured on the fixed cluster), GPU choice inside a node (GPUs in use are
 `gpupack.placement.accounting.gpus_in_use`'s device-plugin packing estimate).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -42,7 +47,9 @@ from gpupack.core.kube import facts_from_lists
 from gpupack.core.policy import Policy, ScoringPolicy
 from gpupack.extender.demand import demand_of
 from gpupack.extender.live import LiveMetrics
+from gpupack.extender.verbs import View
 from gpupack.placement.choice import Placement, constraints_of
+from gpupack.placement.preemption import Running
 from gpupack.simulator.day.cluster import (
     JobArrival,
     NodeLayoutSpec,
@@ -70,6 +77,11 @@ __all__ = [
     "run_all",
     "run_day",
 ]
+Preemption = Literal["verb", "scheduler", "off"]
+"""How a pod that fits nowhere preempts: `verb`, kube-scheduler's DefaultPreemption with the extender's preempt verb
+(the shipped configuration); `scheduler`, kube-scheduler's alone (a configuration without `preemptVerb`, and the
+cluster without gpupack); `off`, never."""
+PREEMPTIONS: tuple[Preemption, ...] = ("verb", "scheduler", "off")
 Run = ScoringPolicy | Literal["none"]
 """A run's key: `none` (WITHOUT: the cluster without gpupack), else the extender's scoring policy."""
 RUNS: tuple[Run, ...] = (WITHOUT, "spread", "gpupack")
@@ -96,10 +108,17 @@ class _Day:
     run without gpupack reads it in `spread` scoring, the LeastAllocated it scores with.
     """
 
-    def __init__(self, scenario: Scenario, run: Run, layouts: Mapping[str, NodeLayoutSpec] | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        run: Run,
+        layouts: Mapping[str, NodeLayoutSpec] | None = None,
+        preemption: Preemption = "verb",
+    ) -> None:
         self.scenario = scenario
         self.run_name = run
         self.with_gpupack = run != WITHOUT
+        self.preemption = preemption
         self.policy = day_policy(scenario, "spread" if run == "none" else run)  # (WITHOUT, spelled for mypy)
         nodes = cluster_nodes(scenario, partitioned=self.with_gpupack, layouts=layouts)
         self.placement = Placement(
@@ -119,6 +138,10 @@ class _Day:
         self.replicas: list[list[SimPod]] = [[] for _ in scenario.inference]
         self.ordinals = [0 for _ in scenario.inference]
         self.pending: dict[str, SimPod] = {}
+        self.bound: dict[str, SimPod] = {}
+        self.preempted_for: dict[str, list[tuple[int, str, int, float]]] = {}
+        """Per preemptor waiting for its node: each preemption made for it (step, node, victims, GPU-hours lost)."""
+        self.respawns = 0
         self.ends: dict[int, list[SimPod]] = {}
         self.work: dict[str, float] = dict.fromkeys(self.records, 0.0)
         self.meter = Meter(scenario, self.records)
@@ -148,18 +171,30 @@ class _Day:
         return apply_patch(raw, decision.ops) if decision.allowed else None
 
     def sim_pod(
-        self, pod: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None, kind: str = ""
+        self,
+        pod: dict[str, Any],
+        busy: float,
+        step: int,
+        stream: str,
+        run_steps: int | None,
+        kind: str = "",
+        checkpoint_steps: int | None = None,
     ) -> SimPod:
         """The simulator's record of a created pod: its demand, priority and scheduling constraints."""
         demand = demand_of(pod, self.policy)
         priority = int(pod["spec"].get("priority") or 0)
-        return SimPod(pod, demand, priority, busy, step, self.seq, stream, constraints_of(pod), run_steps, kind)
+        return SimPod(
+            pod, demand, priority, busy, step, self.seq, stream, constraints_of(pod), run_steps, kind, checkpoint_steps
+        )
 
-    def delete(self, sim: SimPod) -> None:
-        """A deleted pod frees its node at once (no graceful termination in the model)."""
-        self.pending.pop(sim.demand.key, None)
+    def delete(self, sim: SimPod, step: int | None = None) -> None:
+        """A deleted pod frees its node at once (no graceful termination in the model); a preemptor deleted while
+        it waited made its victims die for nothing."""
+        if self.pending.pop(sim.demand.key, None) is not None and step is not None:
+            self.settle(sim, None, step)
         if sim.node is not None:
             self.state.remove_pod(sim.demand.key)
+            self.bound.pop(sim.demand.key, None)
             self.work[sim.node] -= sim.gpu_work
             sim.node = None
 
@@ -167,7 +202,8 @@ class _Day:
     def finish_jobs(self, step: int) -> None:
         """Jobs whose run time is over leave."""
         for sim in self.ends.pop(step, []):
-            self.delete(sim)
+            if sim.node is not None:  # (a preempted job's pod is gone already)
+                self.delete(sim, step)
 
     def scale_deployments(self, step: int) -> None:
         """Each Deployment to its replicas at this time: new replicas admitted, newest deleted first."""
@@ -176,7 +212,7 @@ class _Day:
             alive = self.replicas[index]
             target = replicas_at(workload, hour, self.scenario.scale)
             while len(alive) > target:
-                self.delete(alive.pop())
+                self.delete(alive.pop(), step)
             while len(alive) < target:
                 self.ordinals[index] += 1
                 ordinal = self.ordinals[index]
@@ -191,7 +227,9 @@ class _Day:
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].step <= step:
             job: JobArrival = self.arrivals[self.next_arrival]
             self.next_arrival += 1
-            self.admit(job.pod, job.busy, step, job.pod["metadata"]["name"].rsplit("-", 1)[0], job.run_steps)
+            sim = self.admit(job.pod, job.busy, step, job.pod["metadata"]["name"].rsplit("-", 1)[0], job.run_steps)
+            if sim is not None:
+                sim.checkpoint_steps = job.checkpoint_steps
 
     # scheduling ---------------------------------------------------------------------------------------------
     def live(self, step: int) -> LiveMetrics:
@@ -203,22 +241,94 @@ class _Day:
         return step * self.scenario.step_minutes * 60.0
 
     def schedule(self, step: int) -> None:
-        """Pending pods by priority then age, like the scheduling queue (`Placement.place`)."""
+        """Pending pods by priority then age, like the scheduling queue (`Placement.place`); a pod that fits
+        nowhere preempts (`preempt`) unless the run's preemption is off."""
         now = self.clock(step)
         live = self.live(step) if self.with_gpupack else NO_LIVE  # kube-scheduler alone reads no DCGM
+        view = self.placement.view(live)
         queue = sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.seq))
-        self.placement.place(queue, self.placement.view(live), now, lambda sim, node: self.bind(sim, node, step))
+        self.placement.place(
+            queue,
+            view,
+            now,
+            lambda sim, node: self.bind(sim, node, step),
+            None if self.preemption == "off" else lambda sim: self.preempt(sim, view, step),
+        )
 
     def bind(self, sim: SimPod, node: str, step: int) -> None:
         """The pod runs on `node`: counted in the state (what the extender's watch would show) and in the work."""
         del self.pending[sim.demand.key]
         self.placement.bind(sim, node)
+        self.bound[sim.demand.key] = sim
         record = self.records[node]
         sim.node = node
-        sim.gpu_work = sim.busy * sum(n * record.shares.get(r, 0.0) for r, n in sim.demand.requests.items())
+        sim.started = step
+        sim.gpus_held = sum(n * record.shares.get(r, 0.0) for r, n in sim.demand.requests.items())
+        sim.gpu_work = sim.busy * sim.gpus_held
         self.work[node] += sim.gpu_work
         if sim.run_steps is not None:
             self.ends.setdefault(step + sim.run_steps, []).append(sim)
+        self.settle(sim, node, step)
+
+    # preemption ---------------------------------------------------------------------------------------------
+    def preempt(self, sim: SimPod, view: View, step: int) -> str | None:
+        """kube-scheduler's preemption for a pod that fits nowhere (`Placement.preemption`): the victims are
+        deleted, and their controllers create them again (`respawn`). Returns the node the pod is nominated to,
+        None when nothing was deleted."""
+        if sim.pod["spec"].get("preemptionPolicy") == "Never":
+            return None
+        running: dict[str, list[Running]] = {}
+        for key, pod in self.bound.items():
+            assert pod.node is not None
+            running.setdefault(pod.node, []).append(
+                Running(key, pod.node, pod.priority, float(pod.started), pod.demand.requests)
+            )
+        found = self.placement.preemption(
+            sim, sim.priority, running, view, self.clock(step), verb=self.preemption == "verb"
+        )
+        if found is None:
+            return None
+        node, victims = found
+        lost = [(self.bound[v.key], self.lost_steps(self.bound[v.key], step)) for v in victims]
+        hours = self.scenario.step_minutes / 60
+        gpu_hours = [(victim.kind or "other", victim.gpus_held * steps * hours) for victim, steps in lost]
+        self.meter.preempted(step, gpu_hours)
+        self.preempted_for.setdefault(sim.demand.key, []).append(
+            (step, node, len(victims), sum(h for _, h in gpu_hours))
+        )
+        for victim, steps in lost:
+            self.delete(victim)
+            self.respawn(victim, step, steps)
+        return node
+
+    @staticmethod
+    def lost_steps(sim: SimPod, step: int) -> int:
+        """Steps of a running pod's work that die with it: all of it, or what it did since its last checkpoint."""
+        ran = step - sim.started
+        return ran % sim.checkpoint_steps if sim.checkpoint_steps else ran
+
+    def respawn(self, victim: SimPod, step: int, lost: int) -> None:
+        """The victim's controller creates its pod again: a Job's with the work left (what it saved by
+        checkpoints is not done twice), a ReplicaSet's as a new replica in its place."""
+        self.respawns += 1  # (not counted as created: each victim is, once)
+        pod = copy.deepcopy(victim.pod)
+        meta = pod["metadata"]
+        meta["name"] = f"{meta['name']}-r{self.respawns}"
+        meta["uid"] = f"{meta.get('uid') or meta['name']}-r{self.respawns}"
+        run = None if victim.run_steps is None else victim.run_steps - (step - victim.started) + lost
+        self.seq += 1
+        again = self.sim_pod(pod, victim.busy, step, victim.stream, run, victim.kind, victim.checkpoint_steps)
+        self.pending[again.demand.key] = again
+        for alive in self.replicas:
+            if victim in alive:
+                alive[alive.index(victim)] = again
+
+    def settle(self, sim: SimPod, node: str | None, step: int) -> None:
+        """The preemptor `sim` runs on `node` (None: it never will): the victims of its preemptions elsewhere
+        died for nothing."""
+        for at, where, count, lost in self.preempted_for.pop(sim.demand.key, ()):
+            if where != node:
+                self.meter.wasted_victims(at, count, lost)
 
     def run(self) -> DayResult:
         """Every step of the warm-up and the day; only the day is measured."""
@@ -228,14 +338,25 @@ class _Day:
             self.arrive_jobs(step)
             self.schedule(step)
             self.meter.record(step, self.state, self.work, self.pending.values())
+        for sim in list(self.pending.values()):  # preemptors still waiting at the end never got their node
+            self.settle(sim, None, self.scenario.warmup_steps + self.scenario.steps)
         return self.meter.result(self.run_name)
 
 
-def run_day(scenario: Scenario, run: Run, layouts: Mapping[str, NodeLayoutSpec] | None = None) -> DayResult:
+def run_day(
+    scenario: Scenario,
+    run: Run,
+    layouts: Mapping[str, NodeLayoutSpec] | None = None,
+    preemption: Preemption = "verb",
+) -> DayResult:
     """Simulate the scenario's day without gpupack (`none`) or under one extender scoring policy; deterministic
     given the scenario's seed. `layouts` gives MIG nodes other layouts than their groups' (`cluster_nodes`), the
-    webhook sizing pods among the profiles the nodes then advertise; the run without gpupack has no MIG."""
-    return _Day(scenario, run, layouts).run()
+    webhook sizing pods among the profiles the nodes then advertise; the run without gpupack has no MIG.
+    `preemption` (`Preemption`): the runs with gpupack answer the preempt verb unless it says otherwise; the run
+    without gpupack has no extender to ask."""
+    if run == WITHOUT and preemption == "verb":
+        preemption = "scheduler"
+    return _Day(scenario, run, layouts, preemption).run()
 
 
 def run_all(scenario: Scenario, runs: tuple[Run, ...] = RUNS) -> dict[str, DayResult]:
