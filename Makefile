@@ -2,6 +2,7 @@
 #   make run    the embedded demo (creates the venv on first use)
 #   make test   installs what the tests need, then lint, type checks and tests
 #   make bench  the benchmarks in bench/ (not part of test)
+#   make docs   the documentation site into site/ (mkdocs build --strict; part of test)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring manifests clean
+.PHONY: run test lint typecheck unit docs reference system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring manifests clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +64,15 @@ typecheck: $(VENV)/.test-deps
 unit: $(VENV)/.test-deps system-deps kube-tools
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+# The site (mkdocs.yml, docs/): strict, so a broken link, a missing anchor or a page left out of the navigation
+# fails. `make reference` writes docs/reference/ from the code (a test fails when it is stale).
+docs: $(VENV)/.test-deps
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # (not --quiet: it hides the warnings --strict counts)
+
+reference: $(VENV)/.test-deps
+	$(BIN)/python -m gpupack.reference
+
+test: lint typecheck docs unit
 
 bench: bench-stages bench-webhook bench-hostile bench-extender bench-simulator bench-report
 
@@ -89,7 +98,7 @@ bench-report: $(VENV)/.test-deps system-deps
 	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report
 
 clean:
-	rm -rf $(VENV) .run .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache
+	rm -rf $(VENV) .run site .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache
 
 # The chart (charts/gpupack) is the source of the kustomize base: this renders manifests/ from it, with the chart's
 # version and its values.schema.json (charts/generate.py; a test fails when they are stale). It runs helm, the

@@ -111,7 +111,11 @@ def _refused(extender: Extender, verb: str, exc: Exception, request: web.Request
 
 
 async def filter_handler(request: web.Request) -> web.Response:
-    """ExtenderArgs -> ExtenderFilterResult, in the form received."""
+    """ExtenderArgs -> ExtenderFilterResult, in the form received (`NodeNames` with `nodeCacheCapable`, else full
+    `Nodes`): the nodes kept, and each node removed with its reason in `FailedNodes` (preemption may help) or
+    `FailedAndUnresolvableNodes` (it cannot: spot for a pod that must not run there, no such GPU resource, every
+    GPU hot for latency-critical inference). A body that cannot be read is answered in band, with `Error` set and
+    no node kept, never with an HTTP error."""
     extender = request.app[EXTENDER]
     started = time.perf_counter()
     args: ExtenderArgs | None = None
@@ -133,7 +137,10 @@ async def filter_handler(request: web.Request) -> web.Response:
 
 
 async def prioritize_handler(request: web.Request) -> web.Response:
-    """ExtenderArgs -> HostPriorityList (scores 0..10); an empty list when the request cannot be read."""
+    """ExtenderArgs -> HostPriorityList: a score of 0..10 per node (`extender.scoring`), which kube-scheduler
+    multiplies by the extender's weight and adds to its own plugins' scores. The best node where the pod fits is
+    then counted against for `assumeSeconds` until the pod shows up bound. An empty list when the request cannot
+    be read."""
     extender = request.app[EXTENDER]
     started = time.perf_counter()
     try:
@@ -199,7 +206,9 @@ def _count_preemption(extender: Extender, outcome: PreemptOutcome, pod: str) -> 
 
 
 async def state_handler(request: web.Request) -> web.Response:
-    """What the extender believes about each node, as JSON."""
+    """What the extender believes about each node, as JSON: its GPU resources, what bound pods and live
+    assumptions use, what is free, the live utilization of its GPUs and their age. For people debugging a
+    placement (`kubectl -n gpupack-system port-forward deploy/gpupack-scheduler 8888`)."""
     extender = request.app[EXTENDER]
     return _json(orjson.dumps(describe_state(extender.view()), option=orjson.OPT_INDENT_2))
 

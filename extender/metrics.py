@@ -107,15 +107,22 @@ class _WatchCollector(Collector):
     def __init__(self, counters: Callable[[], InformerCounters | None]) -> None:
         self._counters = counters
 
+    FAMILIES = (
+        ("events", "Watch events applied to the cache."),
+        ("skipped", "Malformed objects skipped."),
+        ("lists", "Full lists of nodes or pods (first lists and re-lists)."),
+        ("relists", "Lists again after 410 Gone."),
+        ("errors", "Failed list or watch requests (followed by a back-off)."),
+    )
+
     def collect(self) -> Iterable[Metric]:
         counters = self._counters()
         if counters is None:
             return
-        for name, text, value in (
-            ("events", "Watch events applied to the cache.", counters.events),
-            ("skipped", "Malformed objects skipped.", counters.skipped),
-            ("lists", "Full lists of nodes or pods (first lists and re-lists).", counters.lists),
-            ("relists", "Lists again after 410 Gone.", counters.relists),
-            ("errors", "Failed list or watch requests (followed by a back-off).", counters.errors),
-        ):
-            yield CounterMetricFamily(f"gpupack_extender_watch_{name}", text, value=value)
+        for name, text in self.FAMILIES:
+            yield CounterMetricFamily(f"gpupack_extender_watch_{name}", text, value=getattr(counters, name))
+
+    def describe(self) -> Iterable[Metric]:
+        """The families, without values (what the registry checks for duplicates, and the reference lists)."""
+        for name, text in self.FAMILIES:
+            yield CounterMetricFamily(f"gpupack_extender_watch_{name}", text)

@@ -81,7 +81,7 @@ def _listener_flags(parser: argparse.ArgumentParser, host: str, default_port: in
     parser.add_argument("--cert-poll-seconds", type=positive_float, default=10.0, help="certificate files check period")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpupack",
         description="Cut GPU cost on Kubernetes: label-driven GPU requests, placement and priority.",
@@ -117,7 +117,8 @@ def _parser() -> argparse.ArgumentParser:
     ext = sub.add_parser(
         "extender",
         help="serve the kube-scheduler extender",
-        description="Serve POST /filter and POST /prioritize (kube-scheduler extender v1), GET /state, /healthz, "
+        description="Serve POST /filter, POST /prioritize and POST /preempt (kube-scheduler extender v1), GET /state, "
+        "/healthz, "
         "/readyz and /metrics on loopback (kube-scheduler beside it calls it there); anywhere else only over TLS with "
         "client certificates (--cert-file, --key-file, --client-ca-file), since a caller can reserve capacity. "
         "Nodes and pods come from the API "
@@ -396,7 +397,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; errors in input or configuration print one line and exit 2."""
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logs.setup(args.log_level)
     commands = {
         "webhook": _cmd_webhook,

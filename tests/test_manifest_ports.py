@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.cli import _parser
+from gpupack.cli import build_parser
 from gpupack.core.server import is_loopback
 from tests.conftest import ROOT
 
@@ -51,7 +51,7 @@ def listeners(container: dict[str, Any]) -> list[Listener]:
     if "kube-scheduler" in args[:1]:
         host = _flag(args, "--bind-address", "0.0.0.0")
         return [Listener(host, int(_flag(args, "--secure-port", "10259")), True, frozenset(SCHEDULER_PATHS))]
-    parsed = _parser().parse_args(args)
+    parsed = build_parser().parse_args(args)
     tls = bool(getattr(parsed, "cert_file", None))
     verbs = {"/mutate", "/mutate/opted-in-namespace"} if parsed.command == "webhook" else {"/filter", "/prioritize"}
     found = [Listener(parsed.host, parsed.port, tls, frozenset(GPUPACK_PATHS | verbs))]

@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from gpupack.cli import _parser
+from gpupack.cli import build_parser
 from tests.conftest import ROOT
 from tests.crd_kit import load_documents
 from tests.migplan_rbac_kit import built
@@ -38,7 +38,7 @@ def test_the_job_runs_the_plan_with_arguments_the_command_accepts(objects: list[
     (job,) = [o for o in objects if o["kind"] == "Job"]
     spec = job["spec"]["template"]["spec"]
     (container,) = spec["containers"]
-    args = _parser().parse_args(container["args"])
+    args = build_parser().parse_args(container["args"])
     assert args.command == "mig-plan" and args.in_cluster and not args.apply  # prints; --apply is the admin's step
     assert spec["serviceAccountName"] == "gpupack-mig-plan" and job["metadata"]["namespace"] == "gpupack-system"
     (configmap,) = load_documents(ROOT / "examples" / "gpu-stack" / "mig-parted-config.yaml")

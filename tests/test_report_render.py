@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
-import subprocess
 from dataclasses import replace
 from html import escape
 from pathlib import Path
@@ -22,6 +20,7 @@ from gpupack.report.document import Finding
 from gpupack.report.present import CLASS_COLOURS, findings_by_weight, node_idle_gpu_hours
 from gpupack.report.render_html import render_html
 from gpupack.report.render_text import query_progress, render
+from tests.browser import screenshot
 from tests.report_kit import (
     ADVICE,
     HOSTILE_POD,
@@ -306,49 +305,19 @@ def test_idle_gpu_hours_of_a_node() -> None:
 
 # -- the page in a browser -------------------------------------------------------------------------------------
 
-CHROMIUM = shutil.which("chromium")
 WINDOW = (1400, 2400)
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: nothing could be fetched even if asked
-    "--hide-scrollbars",
-    f"--window-size={WINDOW[0]},{WINDOW[1]}",
-]
 
 
 @pytest.fixture(scope="module")
 def chromium_view(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray, str]:
     """The priced report's page opened from a file in headless Chromium: the screenshot's path and pixels (RGB,
     0-255) and the DOM after load."""
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed (make test installs it: the Makefile's system-deps)")
     folder = tmp_path_factory.mktemp("chromium")
     page, shot = folder / "report.html", folder / "report.png"
     page.write_text(render_html(make_report(priced=True)), encoding="utf-8")
-    done = subprocess.run(
-        [
-            CHROMIUM,
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={folder / 'profile'}",
-            f"--screenshot={shot}",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
-    assert done.returncode == 0 and shot.is_file(), done.stderr[-3000:]
+    dom = screenshot(page.as_uri(), shot, WINDOW, folder / "profile")
     pixels = np.round(imread(shot)[:, :, :3] * 255).astype(np.int16)
-    return shot, pixels, done.stdout
+    return shot, pixels, dom
 
 
 def near(pixels: np.ndarray, colour: tuple[float, ...], tolerance: int) -> int:

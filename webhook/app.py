@@ -210,12 +210,19 @@ def _respond(state: WebhookState, review: AdmissionReview, namespace_opted_in: b
 
 
 async def mutate(request: web.Request) -> web.Response:
-    """Pods that opted in by label."""
+    """An AdmissionReview v1 for a pod that opted in by label (`gpupack.io/workload`; the
+    MutatingWebhookConfiguration's object selector sends only those, with `failurePolicy: Fail`): the review back
+    with the JSON patch, the warnings and the audit annotations, or the refusal of an invalid label in
+    `response.status`. A body that is not an AdmissionReview v1 gets HTTP 400 naming the field, one over
+    `--max-body-bytes` 413, one slower than `--body-timeout` 408; an unexpected failure is a refusal with
+    `status.code` 500 inside an HTTP 200 review, so an opted-in GPU pod is never created unmutated."""
     return await _handle(request, namespace_opted_in=False)
 
 
 async def mutate_opted_in_namespace(request: web.Request) -> web.Response:
-    """Pods of a namespace that opted in as a whole."""
+    """The same for pods of a namespace labelled `gpupack.io/enabled: "true"` that carry no workload label (the
+    second webhook entry, `failurePolicy: Ignore`): GPU pods get the policy's `defaultClass`, other pods are
+    admitted unchanged."""
     return await _handle(request, namespace_opted_in=True)
 
 

@@ -18,6 +18,8 @@ from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.core.validation import quoted
 
 Latency = Literal["critical", "tolerant"]
+MAX_GPUS = contract.MAX_GPUS
+_GPU_DIGITS = len(str(MAX_GPUS))
 
 
 class LabelError(ValueError):
@@ -78,8 +80,9 @@ def _gpus(labels: dict[str, str]) -> int | None:
     value = labels.get(contract.LABEL_GPUS)
     if value is None:
         return None
-    if not (value.isascii() and value.isdigit() and len(value) <= 2) or not 1 <= int(value) <= 64:  # "²".isdigit()
-        raise LabelError(contract.LABEL_GPUS, value, "a whole number of GPUs from 1 to 64")
+    if not (value.isascii() and value.isdigit() and len(value) <= _GPU_DIGITS) or not 1 <= int(value) <= MAX_GPUS:
+        # (isascii first: "²".isdigit() is true)
+        raise LabelError(contract.LABEL_GPUS, value, f"a whole number of GPUs from 1 to {contract.MAX_GPUS}")
     return int(value)
 
 

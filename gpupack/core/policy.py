@@ -124,7 +124,10 @@ class PriorityValue(_Model):
     """A PriorityClass as gpupack's manifests create it; used when the API cannot be read."""
 
     value: int = Field(ge=-2_000_000_000, le=1_000_000_000)
+    """The PriorityClass's value: pods of higher value are scheduled first and may preempt lower ones (the range
+    the API server allows user classes)."""
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    """`Never`: pods of the class wait for room instead of preempting (batch, which is made to yield)."""
 
 
 class MigProfileSpec(_Model):
@@ -180,13 +183,16 @@ class NodeLabel(_Model):
     """A node label key and value."""
 
     key: str = Field(min_length=1, max_length=316)
+    """The label (or taint) key, e.g. `node-type` or `cloud.google.com/gke-spot`."""
     value: str = Field(pattern=_LABEL_VALUE.pattern, max_length=63)
+    """Its value on spot nodes, e.g. `spot` or `true`."""
 
 
 class NodeTaint(NodeLabel):
     """A node taint, tolerated by pods allowed on spot."""
 
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    """The taint's effect, as the spot node pool sets it (the toleration gpupack writes names it)."""
 
 
 class SpotPolicy(_Model):
@@ -309,9 +315,13 @@ class SchedulerPolicy(_Model):
     """
 
     name: ObjectName | None = "gpupack-scheduler"
-    """The `schedulerName` given to opted-in GPU pods: the profile of the shipped gpupack scheduler. Null turns
-    routing off (no Lease is read), for clusters whose main scheduler calls the extender."""
+    """The `schedulerName` given to opted-in GPU pods while that scheduler has a live leader: the profile of the
+    shipped gpupack scheduler. A pod naming `default-scheduler` (what the API server writes when it names none) is
+    routed; one naming another scheduler keeps it, with a warning, unless `enforce` has `scheduler`. Null turns
+    routing off (no Lease is read), for clusters whose main scheduler calls the extender; `default-scheduler` is
+    refused."""
     lease: LeaseName = LeaseName()
+    """The scheduler's leader-election Lease; the webhook's RBAC lets it `get` only this one."""
     grace_seconds: float = Field(default=10.0, ge=0, le=300)
     """How long past `renewTime + leaseDurationSeconds` the scheduler still counts as alive. The leader renews
     every 2 s and the Lease lasts 15 s (kube-scheduler's defaults); the webhook sees a renewal up to
@@ -343,7 +353,10 @@ class Policy(_Model):
     """The whole policy document."""
 
     mode: Literal["enforce", "audit"] = "enforce"
-    """audit computes every change, applies none, and records it (annotation, metric, log line)."""
+    """`audit` computes every change and applies none: it records what it would do in the annotation
+    `gpupack.io/audit`, in warnings (`gpupack audit, would: ...`), the metric
+    `gpupack_webhook_mutations_total{mode="audit"}` and a log line, and admits invalid labels with a "would refuse"
+    warning. The canary step before `enforce`."""
     default_class: WorkloadClass = "inference"
     """Class of GPU pods in a namespace labelled `gpupack.io/enabled: "true"` that carry no workload label."""
     classes: Classes = Classes()
@@ -353,7 +366,8 @@ class Policy(_Model):
     mig_profiles: list[MigProfileSpec] = Field(
         default_factory=_default_mig_profiles, min_length=1, max_length=MAX_ENTRIES
     )
-    """MIG profiles offered; when the API is reachable, only those some node advertises are used."""
+    """MIG profiles offered; when the API is reachable, only those some node advertises are used. A pod gets the
+    smallest that holds its `gpupack.io/gpu-memory`: least memory, then fewest compute slices."""
     time_slicing: TimeSlicing = TimeSlicing()
     spot: SpotPolicy = SpotPolicy()
     gpupack_namespace: ObjectName = "gpupack-system"
@@ -361,7 +375,10 @@ class Policy(_Model):
     ignored_namespaces: list[ObjectName] = Field(default=[], max_length=MAX_ENTRIES)
     """More namespaces never touched."""
     enforce: list[EnforcedField] = []
-    """Fields where the policy wins over what the pod says: gpu, requests, spot, priority, autoscaler, scheduler."""
+    """Fields where the policy wins over what the pod says (by default the pod's own GPU resource, requests,
+    node selector, PriorityClass, safe-to-evict annotation and `schedulerName` win, with a warning). With
+    `scheduler`, a pod's own `schedulerName` is replaced by the routing rule: `scheduler.name` while it has a live
+    leader, else `default-scheduler`."""
     cluster: ClusterFacts = ClusterFacts()
     extender: ExtenderPolicy = ExtenderPolicy()
     scheduler: SchedulerPolicy = SchedulerPolicy()

@@ -155,16 +155,22 @@ async def read_body(request: web.Request, timeout: float, limit: int) -> bytes:
 
 
 async def _healthz(_request: web.Request) -> web.Response:
+    """200 `ok` while the process answers: the liveness probe. It checks nothing else, so a slow API server or
+    Prometheus never gets a healthy pod restarted."""
     return web.Response(text="ok\n")
 
 
 async def _readyz(request: web.Request) -> web.Response:
+    """200 `ready` once the service can do its job, else 503 `not ready`: the readiness probe. The webhook is
+    ready once it serves; the extender once its first list of nodes and pods is in (before that it would judge
+    an empty cluster)."""
     if request.app[READY]():
         return web.Response(text="ready\n")
     return web.Response(status=503, text="not ready\n")
 
 
 async def _metrics(request: web.Request) -> web.Response:
+    """The Prometheus text exposition of the service's metrics."""
     body = generate_latest(request.app[REGISTRY])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -47,8 +47,9 @@ EXTENDER_JOB = "gpupack-extender-metrics"
 GPU_RESOURCES = 'resource=~"nvidia_com_.+"'
 """kube-state-metrics writes `nvidia.com/gpu` as `nvidia_com_gpu`, `nvidia.com/mig-1g.10gb` as
 `nvidia_com_mig_1g_10gb`, `nvidia.com/gpu.shared` as `nvidia_com_gpu_shared`."""
-RUNBOOK = "https://github.com/gpupack/gpupack/blob/main/README.md"
-"""Where each alert's `runbook_url` points: the README's alerts table, one anchor per alert."""
+RUNBOOK = "https://gpupack.github.io/gpupack/operations/runbooks/"
+"""Where the alerts' runbooks are: the documentation site (mkdocs.yml's `site_url`), one page per alert, named by
+the alert in lower case (`runbook_url`; tests/test_docs_site.py checks each resolves to a page of the site)."""
 HOURLY_INTERVAL = "5m"
 
 
@@ -133,7 +134,7 @@ def _alert(
     rule["annotations"] = {
         "summary": summary,
         "description": description,
-        "runbook_url": f"{RUNBOOK}#{name.lower()}",
+        "runbook_url": f"{RUNBOOK}{name.lower()}/",
     }
     return rule
 

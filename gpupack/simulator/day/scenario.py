@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpupack.core import yamldoc
+from gpupack.core import contract, yamldoc
 from gpupack.core.gpus.geometry import LayoutError, check
 from gpupack.core.gpus.stock import stock_for
 from gpupack.core.policy import Policy, Sharing
@@ -177,8 +177,8 @@ class Jobs(_Model):
     @classmethod
     def _gpus(cls, value: int | list[int]) -> int | list[int]:
         counts = value if isinstance(value, list) else [value]
-        if not counts or any(not 1 <= n <= 64 for n in counts):
-            raise ValueError("give a GPU count from 1 to 64, or a non-empty list of them")
+        if not counts or any(not 1 <= n <= contract.MAX_GPUS for n in counts):
+            raise ValueError(f"give a GPU count from 1 to {contract.MAX_GPUS}, or a non-empty list of them")
         return value
 
     @property
