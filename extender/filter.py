@@ -55,5 +55,10 @@ def reject(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Rejection |
     hot = policy.extender.hot_threshold
     utils = snap.utils
     if demand.latency_critical and utils and len(utils) >= node.gpu_count and min(utils) > hot:
-        return Rejection("hot", f"every GPU is above the hot threshold {hot:.0%} (coolest at {min(utils):.0%})", True)
+        # No "%" in a reason: kube-scheduler formats the extender's reasons into its FailedScheduling message as a
+        # format string, and "85%" became "85%!((MISSING)" there (seen on a real kube-scheduler v1.36).
+        coolest = round(100 * min(utils))
+        return Rejection(
+            "hot", f"every GPU is above the hot threshold {hot * 100:.0f} pct (coolest at {coolest} pct)", True
+        )
     return None

@@ -28,13 +28,20 @@ POLICY = {
 bodies; nothing for anyone else."""
 
 
-def audited_plane(workdir: Path) -> ControlPlane:
-    """A control plane (not started) whose API server writes the audit log `workdir/audit.log`."""
+def audited_plane(workdir: Path, level: str = "RequestResponse") -> ControlPlane:
+    """A control plane (not started) whose API server writes the audit log `workdir/audit.log`, at `level` for
+    service accounts (`Metadata` when only who asked what, and the answer's code, matter)."""
     workdir.mkdir(parents=True, exist_ok=True)
     policy = workdir / "audit-policy.json"
-    policy.write_text(json.dumps(POLICY))
+    rules = [{**POLICY["rules"][0], "level": level}, POLICY["rules"][1]]  # type: ignore[index]
+    policy.write_text(json.dumps({**POLICY, "rules": rules}))
     log = workdir / "audit.log"
     return ControlPlane(workdir / "plane", [f"--audit-policy-file={policy}", f"--audit-log-path={log}"])
+
+
+def audit_of(plane: ControlPlane) -> AuditLog:
+    """The audit log of a plane `audited_plane` made."""
+    return AuditLog(plane.workdir.parent / "audit.log")
 
 
 def service_account_user(namespace: str, name: str) -> str:

@@ -169,7 +169,14 @@ class Process:
             raise RuntimeError(f"{self.name} exited {self.popen.returncode}:\n{self.text()[-3000:]}")
 
 
-FORBIDDEN_MARKS = ("forbidden", "Forbidden", "cannot list resource", "cannot get resource", "cannot watch resource")
+FORBIDDEN_MARKS = (
+    "forbidden",
+    "Forbidden",
+    "cannot list resource",
+    "cannot get resource",
+    "cannot watch resource",
+    "HTTP 403",  # gpupack's own one-line reasons (`gpupack.core.kube.failure_reason`): a Lease it may not read
+)
 
 
 def forbidden_lines(text: str) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.audit_log import audit_of, audited_plane, refusals
 from tests.control_plane import ControlPlane, forbidden_lines, wait_until
 from tests.deployed import Deployment
 
@@ -29,7 +30,11 @@ A100 = {
     "nvidia.com/mig.strategy": "mixed",
 }
 A100_MIG = {"nvidia.com/mig-1g.5gb": "16", "nvidia.com/mig-2g.10gb": "8", "nvidia.com/mig-3g.20gb": "8"}
-ENFORCE = "mode: enforce\n"
+SHIPPED_POLICY = (ROOT / "manifests" / "policy.yaml").read_text(encoding="utf-8")
+ENFORCE = SHIPPED_POLICY.replace("mode: audit\n", "mode: enforce\n")
+"""The shipped policy, enforcing: the rollout's second step changes the mode and nothing else, so whatever else
+the shipped policy says (its scheduler Lease, say) is what these tests run with."""
+assert ENFORCE.count("mode: enforce\n") == 1, "the shipped policy no longer says `mode: audit`"
 PODS = (("gpupack-webhook", "webhook"), ("gpupack-scheduler", "extender"))
 """gpupack's (Deployment, container) pairs with probes, in the second scheduler's mode."""
 pytestmark = pytest.mark.timeout(600)
@@ -119,7 +124,7 @@ def set_policy(plane: ControlPlane, text: str) -> None:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Deployment]]:
     work = tmp_path_factory.mktemp("deploy")
-    plane = ControlPlane(work / "plane").start()
+    plane = audited_plane(work, "Metadata").start()
     try:
         # The README's Deploy section, step by step.
         plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
@@ -159,9 +164,13 @@ def metric(pod: Any, container: str, name: str) -> float:
 
 
 def no_refusals(plane: ControlPlane) -> None:
-    """No gpupack process and no scheduler was refused a request: the shipped RBAC covers what they do."""
+    """No gpupack process and no scheduler was refused a request: the shipped RBAC covers what they do. Both
+    sides are read: the processes' logs, and the API server's audit log of every service account's request
+    (a refusal a process retries in silence shows only there)."""
     refused = {name: forbidden_lines(text) for name, text in plane.logs().items() if name != "kube-apiserver"}
     assert all(not lines for lines in refused.values()), refused
+    audited = refusals(audit_of(plane).requests())
+    assert not audited, audited
 
 
 def probes_answer(deployment: Deployment, pods: tuple[tuple[str, str], ...] = PODS) -> None:

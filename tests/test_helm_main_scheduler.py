@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.audit_log import audited_plane
 from tests.chart_kit import CHART
 from tests.control_plane import ControlPlane, scheduler_config, wait_until
 from tests.deployed import Deployment
@@ -21,6 +22,7 @@ from tests.test_deploy_real import (
     default_scheduler,
     gpu_cluster,
     gpupack,
+    no_refusals,
     packed_by_the_extender,
     probes_answer,
     readme_certs,
@@ -46,7 +48,7 @@ def extender_certs(plane: ControlPlane, work: Path) -> Path:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Deployment, Path]]:
     work = tmp_path_factory.mktemp("helm-main")
-    plane = ControlPlane(work / "plane").start()
+    plane = audited_plane(work, "Metadata").start()
     try:
         plane.kubectl("create", "namespace", NS)
         bundle = readme_certs(plane, work)
@@ -102,6 +104,7 @@ def test_the_main_scheduler_packs_labelled_pods_through_the_extender(
     extender over TLS with its client certificate."""
     plane, deployment, _ = release
     packed_by_the_extender(plane, deployment, "embed", scheduler_name="default-scheduler")
+    no_refusals(plane)
 
 
 def test_the_extender_refuses_a_caller_without_a_client_certificate(

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.audit_log import audited_plane
 from tests.chart_kit import CHART
 from tests.control_plane import ControlPlane, iter_documents, wait_until
 from tests.deployed import Deployment
@@ -124,7 +125,7 @@ def policy_mode(deployment: Deployment) -> str | None:
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Deployment]]:
     work = tmp_path_factory.mktemp("helm")
-    plane = ControlPlane(work / "plane").start()
+    plane = audited_plane(work, "Metadata").start()
     try:
         # The README's Deploy section with Helm: the namespace and the certificate first, the Secret in it.
         plane.kubectl("create", "namespace", NS)

@@ -110,6 +110,8 @@ def test_a_hot_node_is_dropped_for_latency_critical_inference_whatever_dies_ther
     )
     assert list(outcome.kept) == ["cool"] and outcome.kept["cool"].victims == ("t-0",)
     assert outcome.dropped["hot"].kind == "hot"
+    # the reason goes into kube-scheduler's FailedScheduling message, which reads "%" as a format verb
+    assert outcome.dropped["hot"].reason == "every GPU is above the hot threshold 85 pct (coolest at 95 pct)"
 
 
 def test_a_tolerant_pod_may_take_the_hot_node() -> None:

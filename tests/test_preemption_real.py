@@ -37,6 +37,7 @@ A100_MIG = {"nvidia.com/mig-1g.5gb": "16", "nvidia.com/mig-2g.10gb": "8", "nvidi
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
 T4 = {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/gpu.count": "4", "nvidia.com/gpu.replicas": "4"}
 M1G = "nvidia.com/mig-1g.5gb"
+SHARED = "nvidia.com/gpu.shared"
 PROMETHEUS_SERVICE = "http://prometheus-operated.monitoring.svc:9090"
 
 
@@ -212,25 +213,57 @@ def test_a_hot_node_loses_no_pod_and_the_victims_all_fall_where_the_preemptors_g
     assert len(gone) == 3 and set(gone.values()) == {"cool"}, gone
 
 
-def test_mig_and_time_sliced_preemption_kill_one_victim_each(cluster: Cluster) -> None:
-    # A MIG node and a time-sliced T4 node, both full of batch pods. One 1g.5gb inference pod and one latency-
-    # tolerant time-sliced inference pod: one batch pod dies on each node, and each preemptor lands there.
+def test_mig_and_time_sliced_preemption_kill_one_victim_each_where_the_preemptor_goes(cluster: Cluster) -> None:
+    # Two MIG nodes full of batch pods, `mig-hot` at 95 % with the later victims (kube-scheduler alone picks it,
+    # its last rule being the latest start), `mig-cool` at 30 %; two time-sliced T4 nodes full of time-sliced
+    # training, `t4-plain` (no checkpoints, later) and `t4-ckpt` (checkpoints). A latency-critical 1g.5gb pod and a
+    # latency-tolerant time-sliced pod: one victim each, on `mig-cool` and `t4-ckpt`, where the pods land. Without
+    # the verb a batch pod dies on the hot node for nothing, and the non-checkpointing job loses its whole run.
     plane = cluster.plane
     t4 = {**T4, "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    a100 = "NVIDIA A100-SXM4-40GB"
     cluster.start({
-        "mig": (A100_MIG, A100, Node("mig", mig_gpus(0.3), model="NVIDIA A100-SXM4-40GB")),
-        "t4": ({"nvidia.com/gpu.shared": "16"}, t4, Node("t4", [Gpu(30.0) for _ in range(4)], model="Tesla T4")),
+        "mig-hot": (A100_MIG, A100, Node("mig-hot", mig_gpus(0.95), model=a100)),
+        "mig-cool": (A100_MIG, A100, Node("mig-cool", mig_gpus(0.3), model=a100)),
+        "t4-plain": ({SHARED: "16"}, t4, Node("t4-plain", [Gpu(30.0) for _ in range(4)], model="Tesla T4")),
+        "t4-ckpt": ({SHARED: "16"}, t4, Node("t4-ckpt", [Gpu(30.0) for _ in range(4)], model="Tesla T4")),
     })  # fmt: skip
-    started = NOW - datetime.timedelta(hours=1)
+    early, late = NOW - datetime.timedelta(hours=3), NOW - datetime.timedelta(hours=1)
+    sliced = {"workload": "training", "sharing": "time-slicing"}
     for i in range(16):
-        cluster.victim(f"mig-batch-{i}", "mig", {"workload": "batch"}, M1G, started)
-        cluster.victim(f"t4-batch-{i}", "t4", {"workload": "batch"}, "nvidia.com/gpu.shared", started)
+        cluster.victim(f"hot-batch-{i}", "mig-hot", {"workload": "batch"}, M1G, late)
+        cluster.victim(f"cool-batch-{i}", "mig-cool", {"workload": "batch"}, M1G, early)
+        cluster.victim(f"plain-train-{i}", "t4-plain", sliced, SHARED, late)
+        cluster.victim(f"ckpt-train-{i}", "t4-ckpt", {**sliced, "checkpoint": "true"}, SHARED, early)
     cluster.preemptor("embed", CRITICAL)
     cluster.preemptor("ocr", {"workload": "inference", "latency": "tolerant"})
-    assert plane.scheduled(NS, "embed", 120)["spec"]["nodeName"] == "mig"
-    assert plane.scheduled(NS, "ocr", 120)["spec"]["nodeName"] == "t4"
+    assert plane.scheduled(NS, "embed", 120)["spec"]["nodeName"] == "mig-cool"
+    assert plane.scheduled(NS, "ocr", 120)["spec"]["nodeName"] == "t4-ckpt"
     gone = cluster.deleted()
-    assert sorted(gone.values()) == ["mig", "t4"], gone
+    assert sorted(gone.values()) == ["mig-cool", "t4-ckpt"], gone
+
+
+def test_a_hot_node_with_room_is_unresolvable_so_kube_scheduler_does_not_preempt_there(cluster: Cluster) -> None:
+    # `hot` has free 1g.5gb instances (kube-scheduler's own filters pass it) but every GPU at 95 %: the extender
+    # refuses it for latency-critical inference as FailedAndUnresolvable, and kube-scheduler says preemption is
+    # not helpful there instead of looking for victims. The pod waits; no batch pod dies.
+    plane = cluster.plane
+    cluster.start({"hot": (A100_MIG, A100, Node("hot", mig_gpus(0.95), model="NVIDIA A100-SXM4-40GB"))})
+    for i in range(8):
+        cluster.victim(f"sweep-{i}", "hot", {"workload": "batch"}, M1G, NOW - datetime.timedelta(hours=1))
+    cluster.preemptor("chat", CRITICAL)
+
+    def failed_scheduling() -> str:
+        found = [e for e in plane.events(NS) if e["involvedObject"]["name"] == "chat"]
+        return " ".join(e.get("message", "") for e in found if e.get("reason") == "FailedScheduling")
+
+    message = wait_until(failed_scheduling, 60, "a FailedScheduling event for chat")
+    assert "every GPU is above the hot threshold 85 pct (coolest at 95 pct)" in message, message
+    assert "%!" not in message, message  # a "%" in a reason is a format verb to kube-scheduler
+    assert "Preemption is not helpful for scheduling" in message, message
+    time.sleep(3)  # a retry or two later: still nothing deleted, the pod still pending
+    pending = plane.pod(NS, "chat")
+    assert cluster.deleted() == {} and pending is not None and not pending["spec"].get("nodeName")
 
 
 def test_checkpointing_training_is_preempted_before_training_that_does_not_checkpoint(cluster: Cluster) -> None:
