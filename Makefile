@@ -27,7 +27,7 @@ $(VENV)/.test-deps: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.run-deps
 
 run: $(VENV)/.run-deps
-	$(BIN)/gpupack demo
+	$(BIN)/gpupack demo --prices examples/prices.yaml
 
 # Debian packages, as command:package (the package when it differs): the tests need prometheus, chromium (the
 # report page, headless) and etcd (the control plane); the benchmarks also need kubectl and wrk.

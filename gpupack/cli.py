@@ -268,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
         "through it over HTTPS and print what changed and why.",
     )
     demo.add_argument("--workdir", type=Path, default=Path(".run"), help="where certificates are kept")
+    demo.add_argument(
+        "--prices",
+        type=Path,
+        help="price the week's report with this prices file (make run passes examples/prices.yaml, example prices)",
+    )
     return parser
 
 
@@ -391,7 +396,11 @@ def _cmd_mig_plan(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from gpupack.demo.run import run_demo
 
-    code: int = asyncio.run(run_demo(args.workdir))
+    if args.prices is not None:
+        from gpupack.report.prices import read_prices
+
+        read_prices(args.prices)  # a bad file is one line before the demo starts, not after it
+    code: int = asyncio.run(run_demo(args.workdir, args.prices))
     return code
 
 

@@ -18,7 +18,7 @@ FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: nothing could be fetched even if asked
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # nothing but loopback could be fetched
     "--hide-scrollbars",
 ]
 

@@ -12,7 +12,7 @@ import pytest
 
 from gpupack.cli import main
 from gpupack.demo.cluster import NODES
-from gpupack.demo.week import HEADER, STEP_SECONDS, WEEK_SECONDS, write_week
+from gpupack.demo.week import HEADER, STEP_SECONDS, WEEK_SECONDS, report_week, write_week
 
 END = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 
@@ -98,3 +98,38 @@ def test_the_summary_and_the_savings_speak_the_guides_terms(document: dict[str, 
     assert savings["overloaded"] == [] and savings["unplaced"] == []
     assert savings["util_after"] > 2 * summary["gpu_util_mean"]
     assert savings["unmeasured_pods"] == 3  # the MIG pods nvidia-smi cannot measure
+
+
+def test_the_demo_priced_with_the_example_prices_ends_with_the_week_in_money(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What `make run` passes: the summary says the prices are examples, and the last line prices the idle capacity
+    # and the nodes packing empties, worked out here from the report's own numbers.
+    prices = Path(__file__).resolve().parents[1] / "examples" / "prices.yaml"
+    report_week(tmp_path, END, prices)
+    out = capsys.readouterr().out
+    assert "USD per GPU-hour: example prices, not quotes from any provider" in out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("== the week in money (example prices, not quotes from any provider): idle GPU capacity")
+    logs, cluster = write_week(tmp_path / "again", END)
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        argv = ["report", "--nvidia-smi", *map(str, logs), "--cluster", str(cluster), "--prices", str(prices), "--json"]
+        assert main(argv) == 0
+    data = json.loads(buffer.getvalue())
+    idle, removable = data["summary"]["idle_cost"], data["savings"]["removable_cost"]
+    assert idle > 0 and removable > 0 and data["summary"]["prices_note"].startswith("example prices")
+    assert f"cost USD {idle:,.2f} over 168 h" in last and f"bill USD {removable:,.2f} in that time" in last
+
+
+def test_the_demo_refuses_a_bad_prices_file_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "prices.yaml"
+    bad.write_text("currency: USD\ngpus: []\n")
+    assert main(["demo", "--workdir", str(tmp_path / "run"), "--prices", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "prices.yaml: gpus" in err and not (tmp_path / "run").exists()

@@ -185,8 +185,9 @@ def summary(gpupack: Cost, spread: Cost) -> list[str]:
     return out
 
 
-async def run_demo(workdir: Path) -> int:
-    """Run the whole demo; returns the exit code."""
+async def run_demo(workdir: Path, prices: Path | None = None) -> int:
+    """Run the whole demo; returns the exit code. `prices` prices the week's report (`make run` passes the
+    example prices)."""
     cert, key, ca = ensure_certs(workdir / "certs")
     nodes_file, pods_file, dcgm_file = write_cluster(workdir / "cluster")
     policies = {}
@@ -244,5 +245,5 @@ async def run_demo(workdir: Path) -> int:
         "\n== measure first, verify after: a week of these nodes as `nvidia-smi --query-gpu=... -l 300` logged it,"
         " read by gpupack report (offline: no Prometheus, no API server)"
     )
-    report_week(workdir, time.time() // 60 * 60)
+    report_week(workdir, time.time() // 60 * 60, prices)
     return 0

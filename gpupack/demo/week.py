@@ -20,12 +20,15 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpupack.core.objects import GFD_COUNT
 from gpupack.demo.cluster import NODES, SPOT
+
+if TYPE_CHECKING:  # the report extra: imported where the demo runs the report
+    from gpupack.report.document import Report
 
 STEP_SECONDS = 300
 WEEK_SECONDS = 7 * 24 * 3600
@@ -231,9 +234,9 @@ def write_week(directory: Path, end: float) -> tuple[list[Path], Path]:
     return logs, cluster
 
 
-def report_week(workdir: Path, end: float) -> None:
-    """Write the week under `workdir/week`, run `gpupack report` on it (printed, and the page beside it), and say
-    how to run it again."""
+def report_week(workdir: Path, end: float, prices: Path | None = None) -> None:
+    """Write the week under `workdir/week`, run `gpupack report` on it (priced with `prices` when given: printed,
+    and the page beside it), and say how to run it again."""
     import argparse
 
     from rich.console import Console
@@ -246,9 +249,33 @@ def report_week(workdir: Path, end: float) -> None:
     page = workdir / "report.html"
     parser = argparse.ArgumentParser(prog="gpupack report")
     add_arguments(parser)
-    made = report(parser.parse_args(["--nvidia-smi", *map(str, logs), "--cluster", str(cluster)]))
+    priced = ["--prices", str(prices)] if prices is not None else []
+    made = report(parser.parse_args(["--nvidia-smi", *map(str, logs), "--cluster", str(cluster), *priced]))
     console = Console()
     render(made, console if console.is_terminal else Console(width=150))  # piped (CI logs): room for the tables
     page.write_text(render_html(made), encoding="utf-8")
-    again = f"gpupack report --nvidia-smi {logs[0].parent}/*.csv --cluster {cluster}"
+
+    again = f"gpupack report --nvidia-smi {logs[0].parent}/*.csv --cluster {cluster}" + "".join(
+        f" {arg}" for arg in priced
+    )
     print(f"\nthe same report as a page: {page} (open it in a browser); again, or as JSON: {again} [--json]")
+    closing = week_in_money(made)
+    if closing:
+        print(f"\n{closing}")
+
+
+def week_in_money(made: Report) -> str | None:
+    """The demo's last word, when the report was priced: what the week's idle GPU capacity cost and what the
+    nodes packing empties bill in a week, with the prices file's note (`make run`'s are example prices)."""
+    from gpupack.report.present import money
+
+    summary, savings = made.summary, made.savings
+    if summary.idle_cost is None or savings is None or savings.removable_cost is None:
+        return None
+    hours = made.window.hours
+    return (
+        f"== the week in money ({summary.prices_note or 'prices from the prices file'}): idle GPU capacity cost "
+        f"{money(summary.idle_cost, summary.currency)} over {hours:g} h; packed by gpupack the same pods need "
+        f"{savings.gpu_nodes_needed} GPU nodes instead of {savings.gpu_nodes_now}, and the {len(savings.removable)} "
+        f"nodes it empties bill {money(savings.removable_cost, summary.currency)} in that time"
+    )

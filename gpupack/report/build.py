@@ -39,6 +39,7 @@ def summary(inputs: Inputs) -> Summary:
         idle_gpu_hours=idle_hours,
         idle_cost=cost,
         currency=None if inputs.prices is None else inputs.prices.currency,
+        prices_note=None if inputs.prices is None else inputs.prices.note,
         advice=advice(util, inputs.thresholds.underused),
     )
 

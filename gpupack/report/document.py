@@ -101,6 +101,8 @@ class Summary:
     idle_cost: float | None
     """Their price, when prices were given; None otherwise (no price is invented)."""
     currency: str | None = None
+    prices_note: str | None = None
+    """The prices file's `note` (`example prices, not quotes`), shown beside the money."""
     advice: str = ""
     """What the guide says to do first, in one sentence."""
 
@@ -116,6 +118,7 @@ class Summary:
             "idle_gpu_hours": round(self.idle_gpu_hours, 1),
             "idle_cost": None if self.idle_cost is None else round(self.idle_cost, 2),
             "currency": self.currency,
+            "prices_note": self.prices_note,
             "advice": self.advice,
         }
 

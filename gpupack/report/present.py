@@ -134,6 +134,7 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
         (f"nodes under {t.underused:g} % (idle included)", f"{s.nodes_underused:,}"),
         (f"nodes hot (over {t.hot:g} %)", f"{s.nodes_hot:,}"),
         ("idle GPU-hours", idle),
+        *([("prices", f"{s.currency} per GPU-hour: {s.prices_note}")] if s.prices_note and s.currency else []),
     ]
 
 

@@ -49,6 +49,9 @@ class Prices(BaseModel):
     model_config = ConfigDict(**DOCUMENT_CONFIG)
 
     currency: str = Field(default="USD", min_length=1, max_length=10)
+    note: str | None = Field(default=None, max_length=200)
+    """Said beside the prices wherever the report shows money (`example prices, not quotes`): a reader of a report
+    priced with examples must not take its money for a bill."""
     gpus: list[ModelPrice] = Field(min_length=1, max_length=1000)
 
     def per_gpu_hour(self, model: str | None, spot: bool) -> float | None:
