@@ -135,11 +135,11 @@ def test_what_the_chart_writes_itself_is_refused_in_the_values(values: list[str]
     assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
-def test_the_readme_policy_example_passes_the_schema_and_the_model(tmp_path: Path) -> None:
-    """The Configuration reference's example, as the chart's `policy` value: accepted by values.schema.json (a
-    class given partly is complete: the model keeps the defaults of what it omits) and by the policy model."""
-    readme = (ROOT / "README.md").read_text()
-    example = readme.split("## Configuration reference (the policy)")[1].split("```yaml\n")[1].split("```")[0]
+def test_the_documented_policy_example_passes_the_schema_and_the_model(tmp_path: Path) -> None:
+    """The policy page's example, as the chart's `policy` value: accepted by values.schema.json (a class given
+    partly is complete: the model keeps the defaults of what it omits) and by the policy model."""
+    page = (ROOT / "docs" / "admins" / "policy.md").read_text()
+    example = page.split("## Examples")[1].split("```yaml\n")[1].split("```")[0]
     values = tmp_path / "values.yaml"
     values.write_text(yaml.safe_dump({"policy": yaml.safe_load(example)}))
     objects = render(f"certificates.webhook.caBundle={CA_BUNDLE}", values_file=values)
@@ -383,10 +383,11 @@ def test_the_kustomize_base_and_the_charts_generated_files_are_what_the_chart_re
     assert {f for g in listed["configMapGenerator"] for f in g["files"]} <= generated
 
 
-def test_every_value_the_readme_sets_is_one_of_the_charts() -> None:
-    """The README's `--set name=...` examples name values the chart has (values.yaml lists every one)."""
-    readme = (ROOT / "README.md").read_text()
-    named = set(re.findall(r"--set ([A-Za-z.]+)=", readme))
+def test_every_value_the_documentation_sets_is_one_of_the_charts() -> None:
+    """The `--set name=...` examples of the README and the docs site name values the chart has (values.yaml lists
+    every one)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    named = {name for page in pages for name in re.findall(r"--set ([A-Za-z.]+)=", page.read_text())}
     assert {"certificates.webhook.caBundle", "policy.mode", "scheduler.mode", "monitoring.enabled"} <= named
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     for name in named:

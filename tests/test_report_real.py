@@ -271,8 +271,8 @@ def test_without_one_list_permission_the_report_refuses_in_one_line_naming_the_r
     assert f"the report needs list on {', '.join(first)} and {last}" in line
 
 
-def test_the_readme_names_the_permissions_the_report_reads_with() -> None:
-    text = " ".join((ROOT / "README.md").read_text().split())
+def test_the_report_page_names_the_permissions_the_report_reads_with() -> None:
+    text = " ".join((ROOT / "docs" / "admins" / "report.md").read_text().split())
     wanted = ", ".join(f"`{resource_name(group, resource)}`" for _, group, resource in CLUSTER_LISTS[:-1])
     last = resource_name(*CLUSTER_LISTS[-1][1:])
     assert f"needs `list` on {wanted} and `{last}`" in text

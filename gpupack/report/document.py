@@ -228,7 +228,7 @@ class Report:
     thresholds: Thresholds = field(default_factory=Thresholds)
 
     def as_json(self) -> dict[str, Any]:
-        """The whole `--json` document (README, "gpupack report")."""
+        """The whole `--json` document (the docs site: Measure and verify, the JSON document)."""
         return {
             "window": window_json(self.window),
             "source": self.source,
