@@ -61,8 +61,11 @@ typecheck: $(VENV)/.test-deps
 	$(BIN)/mypy
 	$(BIN)/mypy charts/generate.py
 
+# Two workers, a test file each at a time (module fixtures such as a control plane stay in one worker): most of
+# the real-control-plane tests wait on processes, so two workers take about 60 % of one worker's time on two cores.
+PYTEST_WORKERS ?= 2
 unit: $(VENV)/.test-deps system-deps kube-tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The site (mkdocs.yml, docs/): strict, so a broken link, a missing anchor or a page left out of the navigation
 # fails. `make reference` writes docs/reference/ from the code (a test fails when it is stale).
