@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 
 from gpupack.cli import build_parser
 from gpupack.reference.markdown import GENERATED, cell, code, table
@@ -46,22 +47,27 @@ def _choices(action: argparse.Action) -> str:
     return ", ".join(code(str(c)) for c in action.choices) if action.choices else ""
 
 
-def command_page(name: str, parser: argparse.ArgumentParser, summary: str) -> str:
-    """One command: what it does, its usage, and every flag."""
+def _flag_table(actions: Iterable[argparse.Action]) -> str:
+    """The flags (and positional arguments) of `actions`, `--help` left out: name, meaning, default."""
     rows = []
-    for action in parser._actions:
+    for action in actions:
         if isinstance(action, argparse._HelpAction):
             continue
-        help_text = (action.help or "") % {"default": action.default} if action.help else ""
+        help_text = action.help % {"default": action.default} if action.help else ""
         choices = _choices(action)
         rows.append((_flags(action), cell(help_text) + (f" (one of {choices})" if choices else ""), _default(action)))
+    return table(("flag", "meaning", "default"), rows)
+
+
+def command_page(name: str, parser: argparse.ArgumentParser, summary: str) -> str:
+    """One command: what it does, its usage, and every flag."""
     out = [
         GENERATED.format(source="gpupack/cli.py"),
         f"# gpupack {name}\n",
         f"{summary[0].upper()}{summary[1:]}.\n" if summary else "",
         (parser.description or "") + "\n",
         f"```text\n{_usage(parser)}\n```\n",
-        table(("flag", "meaning", "default"), rows),
+        _flag_table(parser._actions),
     ]
     return "\n".join(part for part in out if part)
 
@@ -79,14 +85,7 @@ def pages() -> dict[str, str]:
             ("command", "what it does"), ((f"[{code('gpupack ' + n)}]({n}.md)", h) for n, (_, h) in commands.items())
         ),
         "Options of `gpupack` itself:\n",
-        table(
-            ("flag", "meaning", "default"),
-            (
-                (_flags(a), cell(a.help or "") + (f" (one of {_choices(a)})" if a.choices else ""), _default(a))
-                for a in root._actions
-                if a.option_strings and not isinstance(a, argparse._HelpAction)
-            ),
-        ),
+        _flag_table(a for a in root._actions if a.option_strings),  # not the subcommands' action
     ]
     out = {"cli/index.md": "\n".join(index)}
     for name, (parser, summary) in commands.items():

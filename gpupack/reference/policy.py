@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 import annotated_types
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 
 from gpupack.core.policy import Policy
 from gpupack.reference import docstrings
@@ -140,7 +141,7 @@ def flow(value: Any) -> str:
 
 def _meaning(model: type[BaseModel], name: str) -> str | None:
     for cls in model.__mro__:
-        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel:
+        if issubclass(cls, BaseModel) and cls is not BaseModel:
             found = docstrings.of_class(cls).get(name)
             if found is not None:
                 return found
@@ -168,7 +169,7 @@ def sections(model: type[BaseModel] = Policy, defaults: Any = None, path: str = 
         here = _join(path, alias)
         value = defaults.get(alias) if isinstance(defaults, dict) else None
         if value is None and not info.is_required():  # an entry of a list or map: the field's own default
-            value = _dump(info.get_default(call_default_factory=True))
+            value = to_jsonable_python(info.get_default(call_default_factory=True), by_alias=True)
         sub = _model_of(info.annotation)
         meaning = _meaning(model, name)
         if sub is not None and not _nullable(info.annotation) and meaning is None:
@@ -180,7 +181,7 @@ def sections(model: type[BaseModel] = Policy, defaults: Any = None, path: str = 
         if sub is not None:
             nested.append(_object_sections(sub, value, here))
         for element, template in _elements(info.annotation, here):
-            nested.append(sections(element, _sample(element, value), template))
+            nested.append(sections(element, {}, template))  # an entry's fields take their own defaults
     yield Section(path, _about(model), tuple(rows), tuple(long_defaults))
     for more in nested:
         yield from more
@@ -190,9 +191,7 @@ def _object_sections(model: type[BaseModel], value: Any, path: str) -> Iterator[
     if path == "classes":  # one section for the three classes: the same fields, defaults per class
         yield from _classes(model, value)
         return
-    yield from sections(
-        model, value if isinstance(value, dict) else model().model_dump(mode="json", by_alias=True), path
-    )
+    yield from sections(model, value if isinstance(value, dict) else None, path)
 
 
 def _elements(annotation: Any, path: str) -> list[tuple[type[BaseModel], str]]:
@@ -203,22 +202,6 @@ def _elements(annotation: Any, path: str) -> list[tuple[type[BaseModel], str]]:
     if origin is dict and (m := _model_of(args[1])) is not None:
         return [(m, f"{path}.<name>")]
     return []
-
-
-def _sample(model: type[BaseModel], value: Any) -> dict[str, Any]:
-    """An entry's defaults: none of its own (a field given no value takes the field's default)."""
-    return {}
-
-
-def _dump(value: Any) -> Any:
-    """A default as the document writes it (models by alias, JSON types)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True)
-    if isinstance(value, list):
-        return [_dump(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _dump(v) for k, v in value.items()}
-    return value
 
 
 def _row(path: str, info: FieldInfo, value: Any, meaning: str, long_defaults: list[tuple[str, Any]]) -> Row:

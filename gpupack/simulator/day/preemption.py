@@ -12,6 +12,7 @@ gives each number's mean per day in both runs and the paired difference with its
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -57,17 +58,9 @@ def numbers(result: DayResult) -> dict[str, float]:
     }
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
-
-
 def _se(values: Sequence[float]) -> float:
     """Standard error of the mean (0 for one value)."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    mean = _mean(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
 
 
 def compare_preemption(scenario: Scenario, seeds: int) -> dict[str, Any]:
@@ -81,11 +74,11 @@ def compare_preemption(scenario: Scenario, seeds: int) -> dict[str, Any]:
         for run in RUNS:
             per_run[run].append(numbers(run_day(day, "gpupack", preemption=run)))
     keys = [key for _, key in ROWS]
-    means = {run: {k: round(_mean([d[k] for d in days]), 2) for k in keys} for run, days in per_run.items()}
+    means = {run: {k: round(statistics.fmean(d[k] for d in days), 2) for k in keys} for run, days in per_run.items()}
     differences: dict[str, dict[str, float]] = {}
     for key in keys:
         paired = [v[key] - s[key] for s, v in zip(per_run["scheduler"], per_run["verb"], strict=True)]
-        differences[key] = {"mean": round(_mean(paired), 2), "se": round(_se(paired), 2)}
+        differences[key] = {"mean": round(statistics.fmean(paired), 2), "se": round(_se(paired), 2)}
     return {
         "scenario": scenario.name,
         "seeds": [scenario.seed + i for i in range(seeds)],

@@ -81,7 +81,6 @@ Preemption = Literal["verb", "scheduler", "off"]
 """How a pod that fits nowhere preempts: `verb`, kube-scheduler's DefaultPreemption with the extender's preempt verb
 (the shipped configuration); `scheduler`, kube-scheduler's alone (a configuration without `preemptVerb`, and the
 cluster without gpupack); `off`, never."""
-PREEMPTIONS: tuple[Preemption, ...] = ("verb", "scheduler", "off")
 Run = ScoringPolicy | Literal["none"]
 """A run's key: `none` (WITHOUT: the cluster without gpupack), else the extender's scoring policy."""
 RUNS: tuple[Run, ...] = (WITHOUT, "spread", "gpupack")
@@ -313,8 +312,9 @@ class _Day:
         self.respawns += 1  # (not counted as created: each victim is, once)
         pod = copy.deepcopy(victim.pod)
         meta = pod["metadata"]
-        meta["name"] = f"{meta['name']}-r{self.respawns}"
-        meta["uid"] = f"{meta.get('uid') or meta['name']}-r{self.respawns}"
+        for field in ("name", "uid"):  # its own pod: another name, another uid (the key when it has one)
+            if field in meta:
+                meta[field] = f"{meta[field]}-r{self.respawns}"
         run = None if victim.run_steps is None else victim.run_steps - (step - victim.started) + lost
         self.seq += 1
         again = self.sim_pod(pod, victim.busy, step, victim.stream, run, victim.kind, victim.checkpoint_steps)
