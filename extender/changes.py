@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupack.core.kube import Kind
-from gpupack.core.objects import is_daemonset_pod, is_finished
+from gpupack.core.objects import is_daemonset_pod, is_finished, priority_of, started_at
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import RequestsCache, pod_key, pod_requests
 from gpupack.extender.inventory import NodeRecord, node_from_json
 from gpupack.extender.preemption import RANK_OTHER, victim_rank
-from gpupack.extender.state import ClusterState, Requests
+from gpupack.extender.state import ClusterState, PodRecord, Requests
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,14 @@ class PodChange:
     """When the pod was bound (`bound_at`), to order a full list the way the GPUs were handed out."""
     rank: int = RANK_OTHER
     """What losing it costs, as a preemption victim (`extender.preemption.victim_rank`)."""
+    priority: int = 0
+    """Its `spec.priority`, which the preempt verb ranks victims by first."""
+    started: float | None = None
+    """Its `status.startTime` in seconds since the epoch (None: not started), for the work a preemption takes."""
+
+    def record(self) -> PodRecord:
+        """What the state keeps of the pod once counted on its node."""
+        return PodRecord(self.node or "", self.requests, self.workload, self.rank, self.priority, self.started)
 
 
 Change = NodeChange | PodChange
@@ -114,7 +122,14 @@ def pod_change(
     rank = victim_rank(labels if isinstance(labels, dict) else {}, annotations if isinstance(annotations, dict) else {})
     # thousands of pods share a node: one string object per node name
     return PodChange(
-        key, sys.intern(str(node)), requests, workload=not is_daemonset_pod(pod), bound_at=bound_at(pod), rank=rank
+        key,
+        sys.intern(str(node)),
+        requests,
+        workload=not is_daemonset_pod(pod),
+        bound_at=bound_at(pod),
+        rank=rank,
+        priority=priority_of(pod),
+        started=started_at(pod),
     )
 
 
@@ -139,7 +154,15 @@ def apply_changes(state: ClusterState, changes: Iterable[Change]) -> None:
             if change.deleted:
                 state.remove_pod(change.key)
             else:
-                state.upsert_pod(change.key, change.node, change.requests, change.workload, change.rank)
+                state.upsert_pod(
+                    change.key,
+                    change.node,
+                    change.requests,
+                    change.workload,
+                    change.rank,
+                    change.priority,
+                    change.started,
+                )
         elif change.record is None:
             state.remove_node(change.name)
         else:

@@ -29,7 +29,7 @@ from gpupack.core.policy import Policy
 from gpupack.extender.changes import BAD_OBJECT, Change, PodChange, apply_changes, pod_change, reduce_event
 from gpupack.extender.demand import RequestsCache
 from gpupack.extender.inventory import NodeRecord, node_from_json
-from gpupack.extender.state import ClusterState, Requests
+from gpupack.extender.state import ClusterState, PodRecord
 
 _BOUND_AT = attrgetter("bound_at")
 
@@ -253,7 +253,7 @@ class Informer:
 
     def _read_list(
         self, kind: Kind, policy: Policy, stop: threading.Event
-    ) -> tuple[list[NodeRecord], list[tuple[str, str, Requests, bool, int]], str, int]:
+    ) -> tuple[list[NodeRecord], list[tuple[str, PodRecord]], str, int]:
         """In a thread: every page, reduced as it arrives (raw pages are dropped at once)."""
         records: list[NodeRecord] = []
         pods: list[PodChange] = []
@@ -277,7 +277,8 @@ class Informer:
                 if change.node is not None:
                     pods.append(change)
         pods.sort(key=_BOUND_AT)  # the order they were bound, as their GPUs went out (stable: ties keep list order)
-        return records, [(p.key, p.node, p.requests, p.workload, p.rank) for p in pods if p.node], version, skipped
+        listed = [(p.key, p.record()) for p in pods if p.node]
+        return records, listed, version, skipped
 
     # watching --------------------------------------------------------------------------------------------------
     async def _watch(self, kind: Kind) -> int:

@@ -11,24 +11,31 @@ the first victims died for nothing. Asked before any victim is deleted, this dec
   5-minute utilization window cannot cool before the retry), when the node's CPU or memory still do not fit,
   when the extender does not know the node, or when a latency-critical pod would land on a node with no fresh
   GPU data while the extender reads live data (it cannot tell that the node is not hot);
-- otherwise a victim that holds none of the pod's GPU resource goes back, costliest first, while the pod still
+- otherwise a victim that holds none of the pod's GPU resource goes back, most important first, while the pod still
   fits without it (CPU and memory included): it would die freeing nothing the pod can use. Victims holding the
   pod's GPU resource stay as kube-scheduler counted them: its dry run already gives back every one the pod does
   not need, and it counts the pods nominated to the node, which the extender cannot see (giving one back
   there left a preemptor without room, seen on a real kube-scheduler);
-- then ranked by what its victims cost: batch before checkpointing training before training that does not
-  checkpoint before anything else, then fewer PodDisruptionBudget violations, then fewer GPUs' worth of work.
-  The dominated candidates are dropped; kube-scheduler still chooses among those left.
+- then ranked by what its victims cost (`candidate_cost`): first the highest victim priority, as kube-scheduler
+  ranks (a candidate whose most important victim outranks another candidate's is never chosen, whatever the
+  classes say: priority is the cluster admin's own statement of what may die first); within equal priority,
+  gpupack's classes (batch before checkpointing training before training that does not checkpoint before
+  anything else), then fewer PodDisruptionBudget violations, then fewer GPU-hours of work lost (the GPUs' worth
+  each victim holds times the hours it has run: kube-scheduler's own last rule, the latest start, says the same
+  of equal victims, and a 2-GPU job three hours in loses more than a 4-GPU job five minutes in). The dominated
+  candidates are dropped; kube-scheduler still chooses among those left. kube-scheduler puts PDB violations
+  first; why gpupack puts them after priority is in docs/admins/placement.md ("Preemption").
 
 A victim the extender's cache does not know (bound since its last event) is kept as the scheduler chose it: its
-requests are unknown, so giving it back could leave the pod without room.
+requests are unknown, so giving it back could leave the pod without room. Its priority is unknown too, so it is
+counted at the highest kube-scheduler could have chosen, one below the preemptor's, of unknown class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from gpupack.core import contract
 from gpupack.core.policy import Policy
@@ -56,6 +63,29 @@ def victim_rank(labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> in
     return RANK_OTHER
 
 
+class Cost(NamedTuple):
+    """What one candidate's victims cost, compared field by field (lower is cheaper)."""
+
+    priority: int
+    """The highest priority among the victims (kube-scheduler's `pickOneNodeForPreemption`, its second rule)."""
+    rank: int
+    """The costliest class among the victims of that priority (`RANK_NAMES`)."""
+    at_worst: int
+    """Victims of that priority and that class."""
+    pdb_violations: int
+    work: float
+    """GPU-hours of work the victims lose (`_work`)."""
+
+
+def candidate_cost(victims: Iterable[tuple[int, int]], pdb_violations: int, work: float) -> Cost:
+    """The cost of a candidate whose victims are `(priority, rank)` pairs: the costliest pair, how many victims
+    share it, then the PDB violations and the work. The one ranking of candidates: the preempt verb, the synthetic
+    day and the report's findings all go through it."""
+    pairs = list(victims)
+    worst = max(pairs, default=(0, RANK_BATCH))
+    return Cost(worst[0], worst[1], pairs.count(worst), pdb_violations, round(work, 6))
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One node kube-scheduler proposes, with the victims it chose there (by pod uid)."""
@@ -70,8 +100,7 @@ class Kept:
 
     victims: tuple[str, ...]
     pdb_violations: int
-    cost: tuple[int, int, int, float]
-    """(costliest victim's rank, victims of that rank, PDB violations, GPUs' worth of work): lower is cheaper."""
+    cost: Cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,23 +141,28 @@ def _refusal(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Dropped |
     return None
 
 
-def _work(victims: Sequence[PodRecord], snap: NodeSnapshot) -> float:
-    """GPUs' worth of work the victims hold."""
+def _work(victims: Sequence[PodRecord], snap: NodeSnapshot, now: float) -> float:
+    """GPU-hours of work the victims lose: the GPUs' worth each holds times the hours it has run (0 for one not
+    started yet). For a pod that checkpoints this is an upper bound: it loses only what it did since its last
+    checkpoint, which the extender cannot see."""
     shares = snap.node.shares
-    return sum(n * shares[r] for v in victims for r, n in v.requests if r in shares)
+    hours = [(v, max(now - v.started, 0.0) / 3600) for v in victims if v.started is not None]
+    return sum(n * shares[r] * ran for v, ran in hours for r, n in v.requests if r in shares)
 
 
 def preempt(
     demand: PodDemand,
+    priority: int,
     candidates: Mapping[str, Candidate],
     snapshots: Mapping[str, NodeSnapshot],
     pods: Mapping[str, PodRecord],
     policy: Policy,
     measured: bool,
+    now: float,
 ) -> PreemptOutcome:
-    """Decide on every candidate (see the module docstring). `snapshots` are the candidates' nodes as the extender
-    sees them (absent: a node it does not know), `pods` the bound pods by key, `measured` whether the extender
-    reads live GPU data at all."""
+    """Decide on every candidate (see the module docstring). `priority` is the preemptor's, `snapshots` the
+    candidates' nodes as the extender sees them (absent: a node it does not know), `pods` the bound pods by key,
+    `measured` whether the extender reads live GPU data at all, `now` the time on the pods' `started` clock."""
     kept: dict[str, Kept] = {}
     dropped: dict[str, Dropped] = {}
     trimmed = 0
@@ -148,7 +182,9 @@ def preempt(
             continue
         needed = list(known)
         spare = [u for u in known if not any(r == demand.gpu_resource for r, _ in pods[u].requests)]
-        for uid in sorted(spare, key=lambda u: (pods[u].rank, _work([pods[u]], snap)), reverse=True):
+        for uid in sorted(
+            spare, key=lambda u: (pods[u].priority, pods[u].rank, _work([pods[u]], snap, now)), reverse=True
+        ):
             fewer = [v for v in needed if v != uid]
             if not fewer and not unknown:
                 break  # a candidate with no victim is dropped by kube-scheduler: it needs at least one
@@ -156,11 +192,8 @@ def preempt(
                 needed = fewer
         trimmed += len(known) - len(needed)
         records = [pods[uid] for uid in needed]
-        worst = max((p.rank for p in records), default=RANK_BATCH if not unknown else RANK_OTHER)
-        if unknown:
-            worst = RANK_OTHER
-        at_worst = sum(p.rank == worst for p in records) + (len(unknown) if worst == RANK_OTHER else 0)
-        cost = (worst, at_worst, candidate.pdb_violations, round(_work(records, snap), 6))
+        pairs = [(p.priority, p.rank) for p in records] + [(priority - 1, RANK_OTHER)] * len(unknown)
+        cost = candidate_cost(pairs, candidate.pdb_violations, _work(records, snap, now))
         kept[name] = Kept((*unknown, *needed), candidate.pdb_violations, cost)
     if kept:
         cheapest = min(k.cost for k in kept.values())
@@ -172,6 +205,8 @@ def preempt(
     return PreemptOutcome(kept, dropped, trimmed)
 
 
-def _describe(cost: tuple[int, int, int, float]) -> str:
-    rank, count, pdb, work = cost
-    return f"{count} {RANK_NAMES[rank]} pod(s), {pdb} PDB violation(s), {work:g} GPUs of work"
+def _describe(cost: Cost) -> str:
+    return (
+        f"{cost.at_worst} {RANK_NAMES[cost.rank]} pod(s) at priority {cost.priority}, "
+        f"{cost.pdb_violations} PDB violation(s), {cost.work:g} GPU-hours of work"
+    )

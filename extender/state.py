@@ -36,6 +36,11 @@ class PodRecord:
     """False for a DaemonSet's pod (it counts in usage, not as a pod that puts the node in use)."""
     rank: int = 3
     """What losing it costs, as a preemption victim (`extender.preemption.victim_rank`; 3: of unknown worth)."""
+    priority: int = 0
+    """Its `spec.priority`: the preempt verb ranks victims by it before their class (`extender.preemption`)."""
+    started: float | None = None
+    """When it started running (`status.startTime`, seconds since the epoch; None: not yet): the work a
+    preemption takes from it grows with the time it ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +139,16 @@ class ClusterState:
         self.epoch += 1
 
     # pods --------------------------------------------------------------------------------------------------
-    def upsert_pod(self, key: str, node: str | None, requests: Requests, workload: bool = True, rank: int = 3) -> None:
+    def upsert_pod(
+        self,
+        key: str,
+        node: str | None,
+        requests: Requests,
+        workload: bool = True,
+        rank: int = 3,
+        priority: int = 0,
+        started: float | None = None,
+    ) -> None:
         """Record a pod event: counted on `node` when bound and running; None (pending or finished) uncounts it."""
         self.pod_changes += 1
         old = self.pods.pop(key, None)
@@ -149,7 +163,7 @@ class ClusterState:
         if node:
             self._forget_assumed(key)
             self._preempting.pop(key, None)
-            self.pods[key] = record = PodRecord(node, requests, workload, rank)
+            self.pods[key] = record = PodRecord(node, requests, workload, rank, priority, started)
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = record  # an update keeps its place
             self._touch(node)
@@ -160,13 +174,14 @@ class ClusterState:
         self._forget_assumed(key)
         self._preempting.pop(key, None)
 
-    def replace_pods(self, pods: Iterable[tuple[str, str, Requests, bool, int]]) -> None:
-        """Replace every pod (after a full list): (key, node, requests, workload, rank) of the bound, running ones."""
+    def replace_pods(self, pods: Iterable[tuple[str, PodRecord]]) -> None:
+        """Replace every pod (after a full list): (key, record) of the bound, running ones."""
         self.pods = {}
         self._usage = {}
         self._by_node = {}
-        for key, node, requests, workload, rank in pods:
-            self.pods[key] = record = PodRecord(node, requests, workload, rank)
+        for key, record in pods:
+            node, requests = record.node, record.requests
+            self.pods[key] = record
             _add(self._usage.setdefault(node, {}), requests, +1)
             self._by_node.setdefault(node, {})[key] = record
         self.pod_changes += len(self.pods) + 1

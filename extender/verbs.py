@@ -22,6 +22,7 @@ from itertools import repeat
 from operator import is_
 from typing import Any
 
+from gpupack.core.objects import priority_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import PodDemand
 from gpupack.extender.filter import Rejection, reject
@@ -439,7 +440,9 @@ def preempt_nodes(demand: PodDemand, args: PreemptionArgs, view: View) -> Preemp
             snapshots[name] = snapshot(record, view, now, wall, demand.key)
     candidates = {name: Candidate(uids, violations) for name, (uids, violations) in args.victims.items()}
     measured = view.live.newest() is not None
-    outcome = preempt(demand, candidates, snapshots, view.state.pods, view.policy, measured)
+    outcome = preempt(
+        demand, priority_of(args.pod), candidates, snapshots, view.state.pods, view.policy, measured, now=wall
+    )
     view.state.preempting(demand.key, {name: kept.victims for name, kept in outcome.kept.items()}, now=now)
     return outcome
 

@@ -99,6 +99,36 @@ def small_results(small: Scenario) -> dict[str, Any]:
             {"batch": [{"name": "b", "namespace": "Bad NS!", "arrivalsPerHour": 1, "durationMinutes": {"mean": 5}}]},
             "batch.0.namespace: String should match pattern",
         ),
+        (
+            {
+                "batch": [
+                    {
+                        "name": "b",
+                        "arrivalsPerHour": 1,
+                        "durationMinutes": {"mean": 5},
+                        "priorityClass": {"name": "high", "value": 2_000_000_000},
+                    }
+                ]
+            },
+            "batch.0.priorityClass.value: Input should be less than or equal to 1000000000",
+        ),
+        (
+            {
+                "batch": [
+                    {
+                        "name": "b",
+                        "arrivalsPerHour": 1,
+                        "durationMinutes": {"mean": 5},
+                        "priorityClass": {"name": "High Class"},
+                    }
+                ]
+            },
+            "batch.0.priorityClass.name: String should match pattern",
+        ),
+        (
+            {"batch": [{"name": "b", "arrivalsPerHour": 1, "durationMinutes": {"mean": 5}, "gpupackLabels": "no"}]},
+            "batch.0.gpupackLabels: Input should be a valid boolean",
+        ),
     ],
 )
 def test_scenario_errors_name_the_field(change: dict[str, Any], message: str) -> None:
@@ -257,6 +287,27 @@ def test_a_pod_without_gpupack_asks_whole_gpus_and_nothing_else(raw: dict[str, A
     assert json.dumps(raw, sort_keys=True) == before  # the raw pod is left for the other runs
 
 
+PRIORITY_DAY = Path(DEFAULT_SCENARIO).parent / "priority-day.yaml"
+
+
+def test_another_teams_job_asks_whole_gpus_with_its_own_priority_class_and_no_gpupack_label() -> None:
+    research = load_scenario(PRIORITY_DAY).training[0]
+    raw = job_pod(research, "training", 1, 4)
+    assert written(raw)["labels"] == {}
+    assert written(raw)["resources"] == [{"limits": {"nvidia.com/gpu": "4"}}]
+    assert (raw["spec"]["priorityClassName"], raw["spec"]["priority"]) == ("research-low", 1000)
+    assert without_gpupack(raw) is raw  # written without gpupack already: the run without it sees the same pod
+
+
+def test_on_the_priority_day_the_verb_takes_no_pod_of_the_higher_priority() -> None:
+    # the pipeline team's Jobs (priority 50000) are the scenario's `batch`, the research team's (1000) `training`:
+    # ranked by gpupack's classes, all "other", the verb once chose the pipeline's 1-GPU pods
+    day = load_scenario(PRIORITY_DAY).with_changes(hours=8)
+    result = run_day(day, "gpupack", preemption="verb").summary()
+    assert result["victims"] > 0
+    assert result["victims_by_class"].get("batch", 0) == 0, result["victims_by_class"]
+
+
 def test_the_run_without_gpupack_calls_nothing_of_gpupack(small: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     def called(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the run without gpupack called gpupack")
@@ -289,9 +340,9 @@ def test_every_run_sees_the_same_arrivals(monkeypatch: pytest.MonkeyPatch) -> No
     seen: dict[str, list[tuple[str, float, int, int | None]]] = {}
     admit = _Day.admit
 
-    def record(day: _Day, raw: dict[str, Any], busy: float, step: int, stream: str, run: int | None) -> Any:
+    def record(day: _Day, raw: dict[str, Any], busy: float, step: int, stream: str, run: int | None, kind: str) -> Any:
         seen.setdefault(day.run_name, []).append((raw["metadata"]["name"], busy, step, run))
-        return admit(day, raw, busy, step, stream, run)
+        return admit(day, raw, busy, step, stream, run, kind)
 
     monkeypatch.setattr(_Day, "admit", record)
     results = run_all(scenario)

@@ -294,3 +294,25 @@ def test_a_pod_was_bound_when_its_scheduled_condition_says_else_when_it_was_crea
     ]
     assert bound_at(pod) == "2026-11-29T09:01:00Z"
     assert bound_at({"metadata": [], "status": {"conditions": "none"}}) == ""  # malformed: no order, no error
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "priority", "started"),
+    [
+        ({"priority": 10_000}, {"startTime": "2026-11-29T09:00:00Z"}, 10_000, 1_795_942_800.0),
+        ({"priority": -100}, {"startTime": "2026-11-29T09:00:00.5+00:00"}, -100, 1_795_942_800.5),
+        ({}, {}, 0, None),  # no PriorityClass resolved: kube-scheduler reads 0; not started yet
+        ({"priority": "high"}, {"startTime": "yesterday"}, 0, None),  # malformed: as absent, never an error
+        ({"priority": True}, {"startTime": 1795856400}, 0, None),
+    ],
+)
+def test_the_watch_keeps_each_pods_priority_and_start_for_the_preempt_verb(
+    spec: dict[str, Any], status: dict[str, Any], priority: int, started: float | None
+) -> None:
+    state = ClusterState()
+    pod = bound("a", "n1")
+    pod["spec"].update(spec)
+    pod["status"].update(status)
+    assert apply_events(state, "pods", [{"type": "ADDED", "object": pod}], policy()) == 0  # none skipped
+    record = state.pods["uid-a"]
+    assert (record.priority, record.started) == (priority, started)

@@ -66,6 +66,7 @@ OWNED = {
         "Succeeded",
         "Failed",
         "StatefulSet",
+        "startTime",
     },
 }
 """Each name, and the one module that may spell it."""

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
+from gpupack.core.objects import priority_of
 from gpupack.extender.app import make_app
 from gpupack.extender.preemption import (
     RANK_BATCH,
@@ -15,6 +16,7 @@ from gpupack.extender.preemption import (
     RANK_OTHER,
     RANK_TRAINING,
     Candidate,
+    candidate_cost,
     preempt,
     victim_rank,
 )
@@ -40,6 +42,8 @@ SHARED = "nvidia.com/gpu.shared"
 GPU = "nvidia.com/gpu"
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
 CPU_MEM: Requests = (("cpu", 1000), ("memory", 1 << 30))
+NOW = 1_800_000_000.0
+HOUR = 3600.0
 
 
 def victims(node_name: str, resource: str, count: int, rank: int, prefix: str, each: int = 1) -> dict[str, PodRecord]:
@@ -68,7 +72,7 @@ def decide(
         for name, (node_json, utils) in nodes.items()
     }
     candidates = {name: Candidate(tuple(uids), (pdb or {}).get(name, 0)) for name, uids in proposed.items()}
-    return preempt(demand(pod), candidates, snapshots, pods, policy(), measured)
+    return preempt(demand(pod), priority_of(pod), candidates, snapshots, pods, policy(), measured, now=NOW)
 
 
 def mig_node(name: str) -> dict[str, Any]:
@@ -213,13 +217,20 @@ def test_a_victim_the_extender_does_not_know_is_kept_as_the_scheduler_chose_it()
 
 
 def whole_gpu_cluster(
-    ranks: dict[str, int], each: dict[str, int] | None = None
+    ranks: dict[str, int], each: dict[str, int] | None = None, ran: dict[str, float] | None = None
 ) -> tuple[dict[str, Any], dict[str, PodRecord]]:
+    """H100 nodes of 4 GPUs full of pods of one rank each, `each` GPUs per pod (1), started `ran` hours ago (1)."""
     nodes = {name: (node(name, gpus={GPU: 4}, labels=H100), (0.5,) * 4) for name in ranks}
     pods: dict[str, PodRecord] = {}
     for name, rank in ranks.items():
         width = (each or {}).get(name, 1)
-        pods.update({f"{name}-{i}": PodRecord(name, ((GPU, width), *CPU_MEM), True, rank) for i in range(4 // width)})
+        started = NOW - (ran or {}).get(name, 1.0) * HOUR
+        pods.update(
+            {
+                f"{name}-{i}": PodRecord(name, ((GPU, width), *CPU_MEM), True, rank, 0, started)
+                for i in range(4 // width)
+            }
+        )
     return nodes, pods
 
 
@@ -245,16 +256,149 @@ def test_a_pod_disruption_budget_is_kept_when_another_candidate_avoids_it() -> N
     assert list(outcome.kept) == ["free"]
 
 
-def test_fewer_gpus_of_work_lost_wins_last() -> None:
+def test_fewer_gpu_hours_of_work_lost_wins_last() -> None:
     nodes, pods = whole_gpu_cluster({"wide": RANK_BATCH, "narrow": RANK_BATCH}, each={"wide": 2})
     outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"wide": ["wide-0"], "narrow": ["narrow-0"]})
     assert list(outcome.kept) == ["narrow"]
+    assert "2 GPU-hours of work" in outcome.dropped["wide"].reason
+
+
+def test_a_wide_job_just_started_loses_less_work_than_a_narrow_one_hours_in() -> None:
+    # 2 GPUs for 5 minutes against 1 GPU for 3 hours: the latest start, kube-scheduler's own last rule, agrees
+    nodes, pods = whole_gpu_cluster(
+        {"wide": RANK_BATCH, "narrow": RANK_BATCH}, each={"wide": 2}, ran={"wide": 5 / 60, "narrow": 3.0}
+    )
+    outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"wide": ["wide-0"], "narrow": ["narrow-0"]})
+    assert list(outcome.kept) == ["wide"]
+
+
+def test_a_victim_not_started_yet_loses_no_work() -> None:
+    nodes, pods = whole_gpu_cluster({"waiting": RANK_BATCH, "running": RANK_BATCH})
+    pods["waiting-0"] = PodRecord("waiting", ((GPU, 1), *CPU_MEM), True, RANK_BATCH, 0, None)
+    outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"waiting": ["waiting-0"], "running": ["running-0"]})
+    assert list(outcome.kept) == ["waiting"]
 
 
 def test_equal_candidates_are_all_kept_for_the_scheduler_to_choose() -> None:
     nodes, pods = whole_gpu_cluster({"a": RANK_BATCH, "b": RANK_BATCH})
     outcome = decide(gpu_pod(GPU, 1, "training"), nodes, pods, {"a": ["a-0"], "b": ["b-0"]})
     assert set(outcome.kept) == {"a", "b"}
+
+
+# priority before class -----------------------------------------------------------------------------------------
+
+LOW, MIDDLE, HIGH = -100, 10_000, 100_000
+"""The shipped batch and training PriorityClasses' values, and a latency-critical preemptor's."""
+
+
+def with_priority(pod: dict[str, Any], priority: int) -> dict[str, Any]:
+    """The pod as the API server stores it once its PriorityClass is resolved."""
+    return {**pod, "spec": {**pod["spec"], "priority": priority}}
+
+
+def prioritised(node_name: str, count: int, priority: int, prefix: str, rank: int = RANK_OTHER) -> dict[str, PodRecord]:
+    return {f"{prefix}-{i}": PodRecord(node_name, ((MIG_1G, 1), *CPU_MEM), True, rank, priority) for i in range(count)}
+
+
+def test_the_lower_priority_candidate_wins_over_fewer_victims_of_unknown_class() -> None:
+    # The issue's case: pods of another team without gpupack labels (all "other"), batch priority on `a`,
+    # training priority on `b`. kube-scheduler's dry run asks 2 victims on `a` (a pod is nominated there) and 1
+    # on `b`: fewer victims must not override the lower priority.
+    pods = {**prioritised("a", 16, LOW, "batch"), **prioritised("b", 16, MIDDLE, "train")}
+    outcome = decide(
+        with_priority(gpu_pod(MIG_1G), HIGH),
+        {"a": (mig_node("a"), (0.3,) * 8), "b": (mig_node("b"), (0.3,) * 8)},
+        pods,
+        {"a": ["batch-0", "batch-1"], "b": ["train-0"]},
+    )
+    assert list(outcome.kept) == ["a"] and outcome.kept["a"].victims == ("batch-0", "batch-1")
+    assert outcome.dropped["b"].kind == "costlier"
+    assert "at priority 10000" in outcome.dropped["b"].reason and "at priority -100" in outcome.dropped["b"].reason
+
+
+def test_priority_outranks_the_gpupack_class() -> None:
+    # batch at a high priority against training at a low one: the admin said the training pods may die first
+    pods = {
+        **prioritised("batch", 16, MIDDLE, "b", RANK_BATCH),
+        **prioritised("train", 16, LOW, "t", RANK_TRAINING),
+    }
+    outcome = decide(
+        with_priority(gpu_pod(MIG_1G), HIGH),
+        {"batch": (mig_node("batch"), (0.3,) * 8), "train": (mig_node("train"), (0.3,) * 8)},
+        pods,
+        {"batch": ["b-0"], "train": ["t-0"]},
+    )
+    assert list(outcome.kept) == ["train"]
+
+
+def test_priority_outranks_a_pod_disruption_budget() -> None:
+    pods = {**prioritised("guarded", 16, LOW, "g"), **prioritised("free", 16, MIDDLE, "f")}
+    outcome = decide(
+        with_priority(gpu_pod(MIG_1G), HIGH),
+        {"guarded": (mig_node("guarded"), (0.3,) * 8), "free": (mig_node("free"), (0.3,) * 8)},
+        pods,
+        {"guarded": ["g-0"], "free": ["f-0"]},
+        pdb={"guarded": 1},
+    )
+    assert list(outcome.kept) == ["guarded"]
+
+
+def test_within_one_priority_the_class_decides_as_before() -> None:
+    pods = {
+        **prioritised("ckpt", 16, LOW, "c", RANK_CHECKPOINTED),
+        **prioritised("plain", 16, LOW, "p", RANK_TRAINING),
+    }
+    outcome = decide(
+        with_priority(gpu_pod(MIG_1G), HIGH),
+        {"ckpt": (mig_node("ckpt"), (0.3,) * 8), "plain": (mig_node("plain"), (0.3,) * 8)},
+        pods,
+        {"ckpt": ["c-0", "c-1"], "plain": ["p-0"]},
+    )
+    assert list(outcome.kept) == ["ckpt"]
+
+
+def test_a_victim_the_extender_does_not_know_counts_one_below_the_preemptor() -> None:
+    # its priority is unknown: kube-scheduler may have chosen any pod below the preemptor's, so a candidate whose
+    # known victims are all of a lower priority is cheaper
+    pods = {**prioritised("a", 15, LOW, "a"), **prioritised("b", 16, MIDDLE, "b")}
+    outcome = decide(
+        with_priority(gpu_pod(MIG_1G), HIGH),
+        {"a": (mig_node("a"), (0.3,) * 8), "b": (mig_node("b"), (0.3,) * 8)},
+        pods,
+        {"a": ["new-uid"], "b": ["b-0"]},
+    )
+    assert list(outcome.kept) == ["b"]
+    assert f"at priority {HIGH - 1}" in outcome.dropped["a"].reason
+
+
+def test_the_higher_priority_spare_victim_goes_back_first() -> None:
+    # the pod needs a GPU and one more CPU: of two CPU holders proposed, the higher-priority one is spared,
+    # though it is batch and the other training
+    h100 = node("h", gpus={GPU: 2}, labels=H100, cpu="4")
+    pods = {
+        "gpu-holder": PodRecord("h", ((GPU, 1), ("cpu", 500)), True, RANK_BATCH, LOW),
+        "cpu-batch": PodRecord("h", (("cpu", 1000),), True, RANK_BATCH, MIDDLE),
+        "cpu-training": PodRecord("h", (("cpu", 1000),), True, RANK_TRAINING, LOW),
+        "rest": PodRecord("h", ((GPU, 1), ("cpu", 1500)), True, RANK_TRAINING, HIGH),
+    }
+    outcome = decide(with_priority(gpu_pod(GPU, 1, "training"), HIGH), {"h": (h100, (0.5,) * 2)}, pods,
+                     {"h": ["gpu-holder", "cpu-batch", "cpu-training"]})  # fmt: skip
+    assert set(outcome.kept["h"].victims) == {"gpu-holder", "cpu-training"}
+
+
+@pytest.mark.parametrize(
+    ("cheaper", "costlier"),
+    [
+        ([(LOW, RANK_OTHER)] * 3, [(MIDDLE, RANK_BATCH)]),  # priority before the count and the class
+        ([(LOW, RANK_BATCH), (LOW, RANK_TRAINING)], [(LOW, RANK_OTHER)]),  # then the class
+        ([(MIDDLE, RANK_BATCH), (LOW, RANK_OTHER)], [(MIDDLE, RANK_BATCH)] * 2),  # then the count at the worst
+    ],
+)
+def test_candidate_cost_orders_priority_then_class_then_count(
+    cheaper: list[tuple[int, int]], costlier: list[tuple[int, int]]
+) -> None:
+    assert candidate_cost(cheaper, 0, 1.0) < candidate_cost(costlier, 0, 1.0)
+    assert candidate_cost(cheaper, 5, 9.0) < candidate_cost(costlier, 0, 0.0)  # PDBs and work only break ties
 
 
 # the wire format -----------------------------------------------------------------------------------------------

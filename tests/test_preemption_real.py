@@ -108,10 +108,12 @@ class Cluster:
         resource: str,
         started: datetime.datetime,
         app: str | None = None,
+        priority_class: str | None = None,
     ) -> None:
-        """A pod already running on `node`: created bound, then started (as a kubelet reports it)."""
+        """A pod already running on `node`: created bound, then started (as a kubelet reports it). With
+        `priority_class`, the API server resolves its priority from that PriorityClass."""
         found = {f"gpupack.io/{k}": v for k, v in labels.items()} | ({"app": app} if app else {})
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "labels": found},
@@ -121,6 +123,8 @@ class Cluster:
                                 "resources": {"limits": {resource: "1"}, "requests": {resource: "1"}}}],
             },
         }  # fmt: skip
+        if priority_class is not None:
+            body["spec"]["priorityClassName"] = priority_class
         self.plane.apply([body])
         stamp = started.strftime("%Y-%m-%dT%H:%M:%SZ")
         status = {
@@ -264,6 +268,33 @@ def test_a_hot_node_with_room_is_unresolvable_so_kube_scheduler_does_not_preempt
     time.sleep(3)  # a retry or two later: still nothing deleted, the pod still pending
     pending = plane.pod(NS, "chat")
     assert cluster.deleted() == {} and pending is not None and not pending["spec"].get("nodeName")
+
+
+def test_preemption_takes_the_lower_priority_pods_though_no_victim_has_a_gpupack_label(cluster: Cluster) -> None:
+    # Issue 27: pods of another team, without gpupack labels, at the shipped batch priority (-100) on `a100-a` and
+    # the training priority (10000) on `a100-b`, every GPU cool. Three latency-critical inference pods (100000)
+    # arrive. kube-scheduler alone takes three batch pods; the verb once ranked every victim "other" and preferred
+    # the node with fewer victims (a pod nominated to `a100-a` makes its dry run ask two there), killing training
+    # pods while batch pods ran. Priority comes first: only `a100-a`'s pods die.
+    plane = cluster.plane
+    cluster.start({
+        "a100-a": (A100_MIG, A100, Node("a100-a", mig_gpus(0.3), model="NVIDIA A100-SXM4-40GB")),
+        "a100-b": (A100_MIG, A100, Node("a100-b", mig_gpus(0.3), model="NVIDIA A100-SXM4-40GB")),
+    })  # fmt: skip
+    started = NOW - datetime.timedelta(hours=1)
+    for i in range(16):
+        cluster.victim(f"sweep-a-{i}", "a100-a", {}, M1G, started, priority_class="gpupack-batch")
+        cluster.victim(f"train-b-{i}", "a100-b", {}, M1G, started, priority_class="gpupack-training")
+    priorities = {p["metadata"]["name"]: p["spec"].get("priority") for p in plane.pods(NS)}
+    assert {priorities["sweep-a-0"], priorities["train-b-0"]} == {-100, 10_000}, priorities
+    for i in range(3):
+        cluster.preemptor(f"chat-{i}", CRITICAL)
+    bound = [plane.scheduled(NS, f"chat-{i}", 120) for i in range(3)]
+    assert {p["spec"]["priority"] for p in bound} == {100_000}
+    assert {p["spec"]["nodeName"] for p in bound} == {"a100-a"}
+    time.sleep(3)  # a retry or two later: no training pod has died for them
+    gone = cluster.deleted()
+    assert len(gone) == 3 and set(gone.values()) == {"a100-a"}, gone
 
 
 def test_checkpointing_training_is_preempted_before_training_that_does_not_checkpoint(cluster: Cluster) -> None:

@@ -18,13 +18,13 @@ from gpupack.core.thresholds import Thresholds
 from gpupack.report.build import build_report
 from gpupack.report.churn import Churn, SchedulerChurn
 from gpupack.report.cluster import from_objects, read_cluster_file
-from gpupack.report.document import Finding
+from gpupack.report.document import Finding, iso
 from gpupack.report.findings import Inputs, all_findings
 from gpupack.report.render_html import render_html
 from gpupack.report.render_text import render
 from gpupack.report.victims import preempted as victims_of
-from tests.preemption_kit import churn_cluster, generated, preempted
-from tests.report_cluster_kit import WEEK, gpus, inputs, pod, usage
+from tests.preemption_kit import GPU, churn_cluster, generated, preempted
+from tests.report_cluster_kit import WEEK, gpus, inputs, node, pod, usage
 from tests.test_report_cli import write_log
 
 H = 3600.0
@@ -146,6 +146,8 @@ def test_the_finding_carries_the_schedulers_numbers_and_the_workloads_by_hand() 
         "Deployment ml/old-api: 1 pod (0 on GPUs, 1 unknown); StatefulSet ml/db: 1 pod (0 on GPUs); "
         "pods ml/scratch-*: 1 pod (0 on GPUs, 1 unknown)",
         "preemptors": "Deployment ml/chat: 6; unknown: 2",
+        "outranked_victims": 0,  # no pod has a start time: none was running then, so no other candidate is known
+        "outranked": None,
     }
     action = finding.action
     assert action.startswith("move Job ml/train to a spot or checkpointing pool (gpupack.io/workload=training")
@@ -219,6 +221,69 @@ def test_checkpointing_jobs_and_cpu_pods_are_not_told_to_move_or_to_check_the_pr
     assert finding.evidence["top_workloads"] == "Job ml/ckpt: 1 pod (0 on GPUs)"
     assert "move" not in finding.action and "preemptVerb" not in finding.action
     assert finding.action.startswith("raise the victims' PriorityClass if they must stay")
+
+
+# -- a victim that outranked another candidate (issue 27) -------------------------------------------------------
+
+AT = WEEK.start + 2 * H
+"""When the planted preemption happened."""
+
+
+def started(pod_json: dict[str, Any], at: float) -> dict[str, Any]:
+    pod_json["status"]["startTime"] = iso(at)
+    return pod_json
+
+
+def outranking_cluster(
+    low: int = -100, low_started: float = AT - H, spot: bool = False, preemptor: str = "inference"
+) -> list[dict[str, Any]]:
+    """`a` full of a research team's Job pods at priority `low`, `b` of a training team's at 10000 but one, which
+    kube-scheduler preempted at `AT` for a chat pod (priority 100000) now running in its place. No pod carries
+    gpupack's class labels but the chat pod."""
+    objects: list[dict[str, Any]] = [node("a", 8, spot=spot), node("b", 8)]
+    for i in range(8):
+        sweep = pod(f"sweep-{i}", "a", GPU, owner="Job", owner_name=f"sweep-{i}", priority=low)
+        objects.append(started(generated(sweep, f"sweep-{i}-"), low_started))
+    for i in range(7):
+        train = pod(f"train-{'bcdfghj'[i]}2v4b", "b", GPU, owner="Job", owner_name="train", priority=10_000)
+        objects.append(started(generated(train, "train-"), AT - 3 * H))
+    chat = pod(
+        "chat-59c4f7d6b8-m2n4p", "b", GPU, labels={"gpupack.io/workload": preemptor}, owner_name="chat-59c4f7d6b8",
+        priority=100_000,
+    )  # fmt: skip
+    objects.append(started(generated(chat, "chat-59c4f7d6b8-"), AT + 30))
+    objects.append(preempted("train-k5m2p", AT, on="b"))
+    return objects
+
+
+def test_a_victim_killed_while_a_lower_priority_candidate_existed_is_named() -> None:
+    finding = churn_finding(all_findings(inputs(usage(*gpus("a", 8, 30.0)), outranking_cluster())))
+    assert finding.evidence["outranked_victims"] == 1
+    assert finding.evidence["outranked"] == (
+        "ml/train-k5m2p (priority 10000) on b for ml/chat-59c4f7d6b8-m2n4p, while a offered victims of priority "
+        "-100 at most (ml/sweep-7)"
+    )
+    assert finding.severity == "medium"  # one victim in a week is `low` by count; a reversed priority is not
+    assert finding.action.startswith(
+        "ml/train-k5m2p (priority 10000) died while a would have taken its preemptor with victims of priority -100"
+    )
+    assert "PodDisruptionBudget guards ml/sweep-7" in finding.action
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"low": 20_000}, "a's pods outrank the victim: kube-scheduler chose right"),
+        ({"low_started": AT + 60}, "a's pods started after the preemption: nothing is known of a then"),
+        ({"spot": True}, "a is spot: the verb refuses it for inference whatever dies there"),
+    ],
+)
+def test_no_victim_is_named_without_a_lower_priority_candidate_the_data_shows(
+    changes: dict[str, Any], why: str
+) -> None:
+    finding = churn_finding(all_findings(inputs(usage(*gpus("a", 8, 30.0)), outranking_cluster(**changes))))
+    assert (finding.evidence["outranked_victims"], finding.evidence["outranked"]) == (0, None), why
+    assert finding.severity == "low" and "died while" not in finding.action
 
 
 # -- the renderers ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ on nodes (docs/platform/nvidia.md).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from gpupack.core import contract
@@ -84,6 +85,35 @@ def is_statefulset_pod(pod: Mapping[str, Any]) -> bool:
 def is_daemonset_pod(pod: Mapping[str, Any]) -> bool:
     """Whether a DaemonSet controls the pod (Cluster Autoscaler does not drain those)."""
     return controller_kind(pod) == DAEMONSET
+
+
+def priority_of(pod: Mapping[str, Any]) -> int:
+    """The pod's `spec.priority`, 0 when absent or not an integer.
+
+    The API server's Priority admission plugin resolves it from `priorityClassName` (or the global default
+    class) before any webhook runs; a pod without one is treated as priority 0 by kube-scheduler
+    (`corev1helpers.PodPriority`), so preemption and the scheduling queue order it there too."""
+    spec = pod.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def timestamp(text: Any) -> float | None:
+    """An RFC 3339 time as the API server writes it (`2026-12-01T10:00:00Z`, `...00.123456Z`) in seconds since the
+    epoch, None when it is not one."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+def started_at(pod: Mapping[str, Any]) -> float | None:
+    """When the kubelet started the pod (`status.startTime`), seconds since the epoch; None when it has not."""
+    status = pod.get("status")
+    return timestamp(status.get("startTime")) if isinstance(status, Mapping) else None
 
 
 def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import orjson
 
+from gpupack.core.objects import priority_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import PodDemand
 from gpupack.extender.filter import reject
@@ -179,6 +180,37 @@ class Placement:
         ranking changes little."""
         return {r.name: spread(pending.demand, snapshot(r, view, now, now)) for r in candidates}
 
+    def candidates(
+        self,
+        pending: Placeable,
+        priority: int,
+        running: Mapping[str, Sequence[Running]],
+        view: View,
+        now: float,
+    ) -> dict[str, tuple[Running, ...]]:
+        """kube-scheduler's preemption candidates for a pod that fits nowhere, each node with the victims its dry
+        run chooses there (`gpupack.placement.preemption.select_victims`), before any extender is asked.
+        `running` holds the bound pods per node.
+
+        A node kube-scheduler's static filters rule out is unresolvable; a node whose resources fit the pod was
+        refused by the extender, a candidate only when the refusal is resolvable; a node that failed the fit was
+        never sent to the extender, so it is a candidate whatever the extender would say of it."""
+        demand = pending.demand
+        requests = demand.requests
+        found: dict[str, tuple[Running, ...]] = {}
+        for name, record in self.records.items():
+            if not self.statically_ok(pending, name):
+                continue
+            used = self.state.used(name)
+            if fits(requests, record.allocatable, used):
+                rejection = reject(demand, snapshot(record, view, now, now), self.policy) if self.extender else None
+                if rejection is None or rejection.unresolvable:
+                    continue
+            victims = select_victims(requests, priority, record.allocatable, used, running.get(name, ()))
+            if victims:
+                found[name] = victims
+        return found
+
     def preemption(
         self,
         pending: Placeable,
@@ -190,47 +222,35 @@ class Placement:
         verb: bool,
     ) -> tuple[str, tuple[Running, ...]] | None:
         """Where kube-scheduler preempts for a pod that fits nowhere, and the victims it deletes there; None when it
-        finds no candidate (`gpupack.placement.preemption` says how). `running` holds the bound pods per node;
-        `verb`: the extender answers kube-scheduler's preempt verb (`extender.preemption.preempt`, the function
-        behind `POST /preempt`), as the shipped configuration has it.
-
-        A node kube-scheduler's static filters rule out is unresolvable; a node whose resources fit the pod was
-        refused by the extender, a candidate only when the refusal is resolvable; a node that failed the fit was
-        never sent to the extender, so it is a candidate whatever the extender would say of it."""
-        demand = pending.demand
-        requests = demand.requests
-        candidates: dict[str, tuple[Running, ...]] = {}
-        for name, record in self.records.items():
-            if not self.statically_ok(pending, name):
-                continue
-            used = self.state.used(name)
-            if fits(requests, record.allocatable, used):
-                rejection = reject(demand, snapshot(record, view, now, now), self.policy) if self.extender else None
-                if rejection is None or rejection.unresolvable:
-                    continue
-            victims = select_victims(requests, priority, record.allocatable, used, running.get(name, ()))
-            if victims:
-                candidates[name] = victims
+        finds no candidate (`candidates`; `gpupack.placement.preemption` says how). `verb`: the extender answers
+        kube-scheduler's preempt verb (`extender.preemption.preempt`, the function behind `POST /preempt`), as the
+        shipped configuration has it."""
+        candidates = self.candidates(pending, priority, running, view, now)
         if verb and self.extender and candidates:
             outcome = preempt(
-                demand,
+                pending.demand,
+                priority,
                 {name: Candidate(tuple(v.key for v in victims)) for name, victims in candidates.items()},
                 {name: snapshot(self.records[name], view, now, now) for name in candidates},
                 self.state.pods,
                 self.policy,
                 view.live.newest() is not None,
+                now=now,
             )
             by_key = {v.key: v for victims in candidates.values() for v in victims}
             candidates = {name: tuple(by_key[k] for k in kept.victims) for name, kept in outcome.kept.items()}
         node = pick(candidates, self.rng)
         return None if node is None else (node, candidates[node])
 
-    def bind(self, pending: Placeable, node: str) -> None:
-        """The pod is bound to `node`: counted in the state the next choices read, with what losing it would cost
-        (`victim_rank`, read by the preempt verb)."""
+    def bind(self, pending: Placeable, node: str, now: float | None = None) -> None:
+        """The pod is bound to `node` and starts at `now` (None: a start the caller does not model): counted in the
+        state the next choices read, with what losing it would cost (its priority, `victim_rank` and start, read by
+        the preempt verb)."""
         meta = pending.pod.get("metadata") or {}
         rank = victim_rank(meta.get("labels") or {}, meta.get("annotations") or {})
-        self.state.upsert_pod(pending.demand.key, node, tuple(pending.demand.requests.items()), rank=rank)
+        requests = tuple(pending.demand.requests.items())
+        priority = priority_of(pending.pod)
+        self.state.upsert_pod(pending.demand.key, node, requests, rank=rank, priority=priority, started=now)
 
     def place(
         self,

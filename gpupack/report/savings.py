@@ -31,7 +31,7 @@ import numpy as np
 from gpupack.core import contract
 from gpupack.core.gpus.catalog import compute_share, mig_model_of
 from gpupack.core.kube import facts_from_lists
-from gpupack.core.objects import GFD_PRODUCT, is_daemonset_pod, is_finished, labels_of
+from gpupack.core.objects import GFD_PRODUCT, is_daemonset_pod, is_finished, labels_of, priority_of
 from gpupack.extender.demand import DemandError, PodDemand, demand_of
 from gpupack.extender.inventory import NodeRecord
 from gpupack.extender.live import LiveMetrics
@@ -154,13 +154,12 @@ def savings(inputs: Inputs) -> Savings | None:
             unplaced.append(key(stored))
             continue
         meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
         queue.append(
             Replayed(
                 pod,
                 demand,
                 constraints_of(pod),
-                int(spec.get("priority") or 0),
+                priority_of(pod),
                 str(meta.get("creationTimestamp") or ""),
                 key(stored),
             )

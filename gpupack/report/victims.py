@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
+from gpupack.core.objects import timestamp
 from gpupack.report.cluster import Cluster, key, workload
 from gpupack.report.usage import Window
 
@@ -69,16 +69,6 @@ class Victim:
     """When, seconds since the epoch."""
 
 
-def _time(text: Any) -> float | None:
-    """An RFC 3339 time (`2026-12-01T10:00:00Z`, `...00.123456Z`) in seconds, None when it is not one."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def event_time(event: Mapping[str, Any]) -> float | None:
     """When the Event happened: `eventTime` (events.k8s.io writers), its series' last time, `lastTimestamp`,
     `firstTimestamp` (core/v1 writers), else when it was stored."""
@@ -92,7 +82,7 @@ def event_time(event: Mapping[str, Any]) -> float | None:
         event.get("firstTimestamp"),
         meta.get("creationTimestamp"),
     ):
-        if (found := _time(text)) is not None:
+        if (found := timestamp(text)) is not None:
             return found
     return None
 

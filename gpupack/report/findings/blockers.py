@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.core.objects import controller_of, is_daemonset_pod, labels_of
+from gpupack.core.objects import controller_of, is_daemonset_pod, labels_of, priority_of
 from gpupack.report.cluster import annotations_of, key, workload
 from gpupack.report.document import Finding
 from gpupack.report.findings.inputs import Inputs
@@ -77,8 +77,7 @@ def pod_blocker(inputs: Inputs, pod: Mapping[str, Any]) -> str | None:
     found = annotations_of(pod)
     if contract.ANNOTATION_MIRROR_POD in found or is_daemonset_pod(pod):
         return None
-    priority = (pod.get("spec") or {}).get("priority")
-    if isinstance(priority, int) and priority < EXPENDABLE_PRIORITY:
+    if priority_of(pod) < EXPENDABLE_PRIORITY:
         return None
     safe = found.get(contract.ANNOTATION_SAFE_TO_EVICT)
     if safe == "true":

@@ -5,7 +5,9 @@ The numbers are kube-scheduler's over the window (`gpupack.report.churn`: attemp
 scrape job); the workloads are those of the victims its `Preempted` Events name (`gpupack.report.victims`), which
 cover the API server's `--event-ttl` (1 h by default) rather than the window. One finding for the cluster, its
 severity by victims per day (`Thresholds.preemption_medium`, `preemption_high`), the more of the two sources
-counted (Prometheus may scrape only one of two schedulers; Events may have expired).
+counted (Prometheus may scrape only one of two schedulers; Events may have expired). A victim that died while
+another node would have taken its preemptor with lower-priority victims only (`gpupack.report.outranked`) is named,
+and makes the finding at least medium: priority is the admin's own order of what may die first.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gpupack.report.cluster import gpu_resources
 from gpupack.report.document import Finding, Severity, iso
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.findings.risks import BATCH_OWNERS, serving
+from gpupack.report.outranked import Outranked, describe, outranked
 from gpupack.report.victims import Victim, preempted
 
 TOP = 5
@@ -93,10 +96,19 @@ def _ratio(part: int | None, whole: int | None) -> float | None:
     return None if part is None or not whole else round(part / whole, 2)
 
 
-def _action(top: Sequence[Loss], victims: Sequence[Victim] | None, inputs: Inputs) -> str:
+def _action(top: Sequence[Loss], victims: Sequence[Victim] | None, lower: Sequence[Outranked], inputs: Inputs) -> str:
     """What to change, for the kinds of work that lost pods."""
     names = {role: [loss.workload for loss in top if loss.role == role] for role in ("batch", "serving")}
     parts = []
+    if lower:
+        first = lower[0]
+        parts.append(
+            f"{first.victim} (priority {first.priority}) died while {first.other_node} would have taken its "
+            f"preemptor with victims of priority {first.other_priority} at most: check whether a "
+            f"PodDisruptionBudget guards {', '.join(first.other_victims)} (kube-scheduler spares PDBs before "
+            "priority), whether the node was hot, and that the gpupack extender answering the preempt verb ranks "
+            "victims by priority first (a build from before that rule, see CHANGELOG.md, ranks its own classes first)"
+        )
     if names["batch"]:
         parts.append(
             f"move {', '.join(names['batch'])} to a spot or checkpointing pool ({contract.LABEL_WORKLOAD}=training "
@@ -124,10 +136,10 @@ def _action(top: Sequence[Loss], victims: Sequence[Victim] | None, inputs: Input
     return "; ".join(parts)
 
 
-def _severity(per_day: float, inputs: Inputs) -> Severity:
+def _severity(per_day: float, lower: Sequence[Outranked], inputs: Inputs) -> Severity:
     if per_day >= inputs.thresholds.preemption_high:
         return "high"
-    return "medium" if per_day >= inputs.thresholds.preemption_medium else "low"
+    return "medium" if per_day >= inputs.thresholds.preemption_medium or lower else "low"
 
 
 def findings(inputs: Inputs) -> list[Finding]:
@@ -152,11 +164,12 @@ def findings(inputs: Inputs) -> list[Finding]:
     by = [f"{name}: {n}" for name, n in sorted(preemptors.items(), key=lambda item: (-item[1], item[0]))[:TOP]]
     if unknown := sum(1 for victim in victims or () if victim.preemptor_workload is None):
         by.append(f"unknown: {unknown}")  # gone: the message names its uid only
+    lower = outranked(victims, inputs.cluster, inputs.policy) if victims and inputs.cluster is not None else []
     return [
         Finding(
             "preemption-churn",
-            _severity(per_day, inputs),
-            _action(top, victims, inputs),
+            _severity(per_day, lower, inputs),
+            _action(top, victims, lower, inputs),
             workload=top[0].workload if top else None,
             evidence={
                 "victims": metric_victims,
@@ -172,6 +185,8 @@ def findings(inputs: Inputs) -> list[Finding]:
                 "events_to": iso(victims[-1].at) if victims else None,
                 "top_workloads": "; ".join(_loss_text(loss) for loss in top) or None,
                 "preemptors": "; ".join(by) or None,
+                "outranked_victims": None if victims is None else len(lower),
+                "outranked": describe(lower[:TOP]) or None,
             },
         )
     ]

@@ -210,13 +210,20 @@ def replica_pod(workload: Inference, ordinal: int) -> dict[str, Any]:
 
 
 def job_pod(jobs: Jobs, kind: str, ordinal: int, gpus: int) -> dict[str, Any]:
-    """The pod of job number `ordinal` of a training or batch stream."""
+    """The pod of job number `ordinal` of a training or batch stream, as the API server's Priority admission
+    leaves it (its own PriorityClass resolved, if it names one)."""
     labels = {"workload": kind, "gpus": str(gpus)}
     if jobs.sharing is not None:
         labels["sharing"] = jobs.sharing
     if jobs.checkpoint:
         labels["checkpoint"] = "true"
-    return _pod(f"{jobs.name}-{ordinal:05d}", jobs.namespace, labels, "Job", f"{jobs.name}-{ordinal:05d}")
+    pod = _pod(f"{jobs.name}-{ordinal:05d}", jobs.namespace, labels, "Job", f"{jobs.name}-{ordinal:05d}")
+    if not jobs.gpupack_labels:
+        pod = without_gpupack(pod)
+    if jobs.priority_class is not None:
+        own = jobs.priority_class
+        pod["spec"] = {**pod["spec"], "priorityClassName": own.name, "priority": own.value}
+    return pod
 
 
 def without_gpupack(raw: dict[str, Any]) -> dict[str, Any]:
@@ -226,10 +233,13 @@ def without_gpupack(raw: dict[str, Any]) -> dict[str, Any]:
     `nvidia.com/gpu` is given as a limit, the device plugin's documented form (the API server copies an extended
     resource's limit to its request); the count is the `gpupack.io/gpus` label, else 1. No CPU or memory
     requests, no MIG profile or time-sliced replica, no spot toleration or node affinity, no PriorityClass:
-    everything the webhook would have added. The input is not modified.
+    everything the webhook would have added. A pod without gpupack labels is returned as it is. The input is not
+    modified.
     """
     meta = raw["metadata"]
     labels = meta.get("labels") or {}
+    if not any(k.startswith(f"{contract.DOMAIN}/") for k in labels):
+        return raw  # written without gpupack already
     gpus = int(labels.get(contract.LABEL_GPUS, "1"))
     kept = {k: v for k, v in labels.items() if not k.startswith(f"{contract.DOMAIN}/")}
     spec = raw["spec"]
@@ -251,6 +261,8 @@ class JobArrival:
 
     step: int
     """Creation step, counted from the start of the warm-up."""
+    kind: str
+    """`training` or `batch`: the scenario's section, which the day counts the job under."""
     pod: dict[str, Any]
     busy: float
     run_steps: int
@@ -284,7 +296,7 @@ def job_arrivals(scenario: Scenario) -> list[JobArrival]:
                 gpus = int(rng.choice(jobs.gpu_choices))
                 busy = draw_busy(rng, jobs.utilization)
                 run = _duration_steps(rng, jobs, scenario.step_minutes)
-                out.append(JobArrival(step, job_pod(jobs, kind, ordinal, gpus), busy, run, checkpoint))
+                out.append(JobArrival(step, kind, job_pod(jobs, kind, ordinal, gpus), busy, run, checkpoint))
     out.sort(key=lambda a: a.step)  # stable: streams keep their order within a step
     return out
 

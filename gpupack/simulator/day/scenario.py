@@ -155,6 +155,14 @@ class Inference(_Model):
         return self
 
 
+class OwnPriorityClass(_Model):
+    """A PriorityClass a team's pods name themselves, with the value the API server resolves it to."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+    value: int = Field(ge=-(2**31), le=1_000_000_000)
+    """User-defined classes go up to one billion; the higher values are the system classes'."""
+
+
 class Jobs(_Model):
     """Pods arriving as a Poisson process, each running for a drawn duration once bound, then leaving."""
 
@@ -172,6 +180,12 @@ class Jobs(_Model):
     """How often a checkpointing job saves its progress: preempted, it loses what it did since its last checkpoint,
     and one that does not checkpoint loses all it did."""
     utilization: Spread = Spread(mean=0.85, sd=0.08)
+    gpupack_labels: bool = True
+    """False: another team's pods, written without gpupack labels (whole `nvidia.com/gpu` limits, as
+    `without_gpupack` writes them): the webhook leaves them alone and the preempt verb knows them by their priority
+    only. The day still counts them under their section (training or batch)."""
+    priority_class: OwnPriorityClass | None = None
+    """A PriorityClass the pods name themselves; the webhook keeps it unless the policy enforces `priority`."""
 
     @field_validator("gpus")
     @classmethod

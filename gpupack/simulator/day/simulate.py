@@ -41,9 +41,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gpupack.core import contract
 from gpupack.core.checkout import REPOSITORY
 from gpupack.core.kube import facts_from_lists
+from gpupack.core.objects import priority_of
 from gpupack.core.policy import Policy, ScoringPolicy
 from gpupack.extender.demand import demand_of
 from gpupack.extender.live import LiveMetrics
@@ -150,16 +150,18 @@ class _Day:
         )
 
     # pods ---------------------------------------------------------------------------------------------------
-    def admit(self, raw: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None) -> SimPod | None:
+    def admit(
+        self, raw: dict[str, Any], busy: float, step: int, stream: str, run_steps: int | None, kind: str
+    ) -> SimPod | None:
         """The pod created from the raw one, as the API server stores it (`make_pod`); None when the webhook
-        denies it. The class the scenario gave the pod is kept for the meter: a pod without gpupack carries none."""
+        denies it. The class the scenario gave the pod (`kind`) is kept for the meter: a pod without gpupack
+        carries none."""
         self.meter.created += 1
         pod = self.make_pod(raw)
         if pod is None:
             self.meter.denied += 1
             return None
         self.seq += 1
-        kind = (raw["metadata"].get("labels") or {}).get(contract.LABEL_WORKLOAD, "")
         sim = self.sim_pod(pod, busy, step, stream, run_steps, kind)
         self.pending[sim.demand.key] = sim
         return sim
@@ -181,7 +183,7 @@ class _Day:
     ) -> SimPod:
         """The simulator's record of a created pod: its demand, priority and scheduling constraints."""
         demand = demand_of(pod, self.policy)
-        priority = int(pod["spec"].get("priority") or 0)
+        priority = priority_of(pod)
         return SimPod(
             pod, demand, priority, busy, step, self.seq, stream, constraints_of(pod), run_steps, kind, checkpoint_steps
         )
@@ -216,7 +218,7 @@ class _Day:
                 self.ordinals[index] += 1
                 ordinal = self.ordinals[index]
                 busy = self.draws.busy(index, ordinal)
-                sim = self.admit(replica_pod(workload, ordinal), busy, step, workload.name, None)
+                sim = self.admit(replica_pod(workload, ordinal), busy, step, workload.name, None, "inference")
                 if sim is None:
                     break
                 alive.append(sim)
@@ -226,7 +228,8 @@ class _Day:
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].step <= step:
             job: JobArrival = self.arrivals[self.next_arrival]
             self.next_arrival += 1
-            sim = self.admit(job.pod, job.busy, step, job.pod["metadata"]["name"].rsplit("-", 1)[0], job.run_steps)
+            stream = job.pod["metadata"]["name"].rsplit("-", 1)[0]
+            sim = self.admit(job.pod, job.busy, step, stream, job.run_steps, job.kind)
             if sim is not None:
                 sim.checkpoint_steps = job.checkpoint_steps
 
@@ -257,7 +260,7 @@ class _Day:
     def bind(self, sim: SimPod, node: str, step: int) -> None:
         """The pod runs on `node`: counted in the state (what the extender's watch would show) and in the work."""
         del self.pending[sim.demand.key]
-        self.placement.bind(sim, node)
+        self.placement.bind(sim, node, self.clock(step))
         self.bound[sim.demand.key] = sim
         record = self.records[node]
         sim.node = node
