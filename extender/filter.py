@@ -39,9 +39,8 @@ def reject(demand: PodDemand, snap: NodeSnapshot, policy: Policy) -> Rejection |
     """None when the pod may go to the node, else the first reason it may not."""
     node = snap.node
     if demand.avoid_spot and node.spot:
-        label = policy.spot.label
         who = demand.workload or "these"
-        return Rejection("spot", f"spot node ({label.key}={label.value}): {who} pods never run on spot", True)
+        return Rejection("spot", f"spot node ({node.spot}): {who} pods never run on spot", True)
     resource = demand.gpu_resource
     if resource is not None:
         offered = node.allocatable.get(resource, 0)

@@ -14,9 +14,10 @@ from typing import Any
 
 from gpupack.core import contract
 from gpupack.core.gpus.catalog import memory_share, mig_model_of
-from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, MIG_CONFIG, is_spot
+from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, MIG_CONFIG
 from gpupack.core.policy import Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.core.spot import spot_label
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -29,7 +30,8 @@ class NodeRecord:
     name: str
     allocatable: Mapping[str, int]
     """GPU resources (`nvidia.com/*`), plus `cpu` in millicores and `memory` in bytes."""
-    spot: bool
+    spot: str
+    """The recognised spot label it carries, `key=value` (`policy.spot.recognised`); empty on other nodes."""
     taints: tuple[tuple[str, str, str], ...]
     """(key, value, effect) of each taint."""
     product: str
@@ -134,7 +136,7 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
     return NodeRecord(
         name=name,
         allocatable=allocatable,
-        spot=is_spot(labels, policy.spot.label),
+        spot=spot_label(labels, policy.spot.recognised) or "",
         taints=taints,
         product=product,
         gpu_model=model,

@@ -17,7 +17,8 @@ The world as the exporters write it:
   `namespace, pod, container` of the pod the GPU is mapped to; scraped directly (`job, instance` added).
 - kube-state-metrics 2.x: resource names sanitized (`nvidia.com/mig-3g.40gb` is `nvidia_com_mig_3g_40gb`), units
   `core`, `byte`, `integer`; empty labels dropped (a pending pod's `node`); `kube_node_labels` carries
-  `label_node_type` as with `--metric-labels-allowlist=nodes=[node-type]`, on the spot node only.
+  `label_node_type` and `label_karpenter_sh_capacity_type` as with `--metric-labels-allowlist=nodes=[...]`
+  (`gpupack.monitoring.dashboards.ksm_allowlist`), on the spot node only.
 - gpupack: what `webhook/metrics.py`, `extender/metrics.py`, `gpupack/telemetry.py` and `gpupack/server.py` export,
   with a ServiceMonitor's target labels (`job` is the Service's name). prometheus-client writes a labelled child
   only once it is used (no `outcome="error"` series when there were no errors) and an unlabelled gauge from the
@@ -598,7 +599,8 @@ def _ksm(planted: Planted, start: float, now: float) -> Iterator[Family]:
         for resource, amount in resources.items():
             labels = {**KSM, "node": node.name, "resource": resource, "unit": UNITS.get(resource, "integer")}
             allocatable.append(Series("kube_node_status_allocatable", labels, constant(amount)))
-        spot = {"label_node_type": "spot"} if node.spot else {}
+        # a Karpenter spot node whose NodePool also sets the cluster's own label: counted once
+        spot = {"label_node_type": "spot", "label_karpenter_sh_capacity_type": "spot"} if node.spot else {}
         node_labels.append(Series("kube_node_labels", {**KSM, "node": node.name, **spot}, one))
     yield "kube_node_status_allocatable", "gauge", "The allocatable for different resources of a node.", allocatable
     yield "kube_node_labels", "gauge", "Kubernetes labels converted to Prometheus labels.", node_labels

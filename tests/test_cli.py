@@ -33,7 +33,10 @@ def test_mutate_json_previews_a_pod(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["mutate", str(pod_file), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"allowed", "message", "patch", "warnings", "pod"}
-    assert out["allowed"] is True and out["pod"]["spec"]["nodeSelector"] == {"node-type": "spot"}
+    terms = out["pod"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert out["allowed"] is True and {"key": "node-type", "operator": "In", "values": ["spot"]} in [
+        e for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]
+    ]
 
 
 def test_mutate_reads_an_admission_review_with_cluster_state(

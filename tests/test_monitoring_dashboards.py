@@ -29,7 +29,15 @@ import yaml
 
 import gpupack.monitoring.dashboards as dashboards_module
 import gpupack.monitoring.thresholds
-from gpupack.monitoring.dashboards import DATASOURCE, EXTENDER_JOB, WEBHOOK_JOB, dashboards, render, spot_selector
+from gpupack.monitoring.dashboards import (
+    DATASOURCE,
+    EXTENDER_JOB,
+    WEBHOOK_JOB,
+    dashboards,
+    ksm_allowlist,
+    render,
+    spot_selectors,
+)
 from tests.monitoring_history import HAVE_PROMETHEUS, MISSING, PLANTED, get, minute, monitoring_prometheus, seconds
 
 pytestmark = pytest.mark.timeout(300)  # the live fixture takes ~10-20 s to build, more on a busy machine
@@ -139,7 +147,12 @@ def test_job_names_are_the_metrics_services_and_spot_is_the_policys_label() -> N
             d["metadata"]["name"] for d in yaml.safe_load_all((ROOT / "manifests" / path / "service.yaml").read_text())
         ]
         assert job in names
-    assert spot_selector() == 'label_node_type="spot"'
+    assert spot_selectors()[0] == 'label_karpenter_sh_capacity_type="spot"'
+    assert 'label_node_type="spot"' in spot_selectors() and len(spot_selectors()) == 6
+    assert ksm_allowlist() == (
+        "--metric-labels-allowlist=nodes=[karpenter.sh/capacity-type,eks.amazonaws.com/capacityType,"
+        "cloud.google.com/gke-spot,cloud.google.com/gke-preemptible,kubernetes.azure.com/scalesetpriority,node-type]"
+    )
 
 
 # (c) every query against the planted week --------------------------------------------------------------------------

@@ -24,6 +24,29 @@ def gpu_of(pod: dict[str, Any], index: int = 0) -> dict[str, str]:
 
 
 A100_40_MIXED = frozenset({"nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb"})
+SPOT_LABELS = [
+    ("karpenter.sh/capacity-type", "spot"),
+    ("eks.amazonaws.com/capacityType", "SPOT"),
+    ("cloud.google.com/gke-spot", "true"),
+    ("cloud.google.com/gke-preemptible", "true"),
+    ("kubernetes.azure.com/scalesetpriority", "spot"),
+    ("node-type", "spot"),
+]
+"""Every label the default policy recognises on spot nodes, in the order the webhook writes them: Karpenter's
+first (Karpenter tries a pod's required terms in order), the clouds', then the cluster's own."""
+NEVER_SPOT = [{"key": k, "operator": "NotIn", "values": [v]} for k, v in SPOT_LABELS]
+SPOT_TOLERATIONS = [
+    {"key": "node-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+    {"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
+    {"key": "cloud.google.com/gke-spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+]
+
+
+def required_terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    terms: list[dict[str, Any]] = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    return terms
 
 
 @pytest.mark.parametrize(
@@ -73,8 +96,7 @@ def test_profiles_of_equal_memory_prefer_fewer_compute_slices() -> None:
 def test_inference_is_kept_off_spot_and_gets_priority_from_the_policy() -> None:
     after, _ = mutated(make_pod({W + "workload": "inference"}))
     spec = after["spec"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "node-type", "operator": "NotIn", "values": ["spot"]}]}]
+    assert required_terms(after) == [{"matchExpressions": NEVER_SPOT}]  # one term: no spot label of any kind
     assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == (
         "gpupack-inference",
         100000,
@@ -89,10 +111,10 @@ def test_existing_required_terms_each_get_the_spot_exclusion() -> None:
     ]
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
     after, _ = mutated(make_pod({W + "workload": "inference"}, affinity=affinity))
-    new_terms = after["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    exclusion = {"key": "node-type", "operator": "NotIn", "values": ["spot"]}
-    assert all(exclusion in t["matchExpressions"] for t in new_terms["nodeSelectorTerms"])
-    assert new_terms["nodeSelectorTerms"][1]["matchFields"] == terms[1]["matchFields"]
+    new_terms = required_terms(after)
+    assert new_terms[0]["matchExpressions"] == [*terms[0]["matchExpressions"], *NEVER_SPOT]
+    assert new_terms[1]["matchExpressions"] == NEVER_SPOT
+    assert new_terms[1]["matchFields"] == terms[1]["matchFields"]
 
 
 def test_training_prefers_spot_tolerates_it_and_is_not_evicted_without_checkpoints() -> None:
@@ -101,21 +123,29 @@ def test_training_prefers_spot_tolerates_it_and_is_not_evicted_without_checkpoin
     assert gpu_of(after) == {"nvidia.com/gpu": "4"}
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert preferred == [
-        {"weight": 80, "preference": {"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["spot"]}]}}
+        {"weight": 80, "preference": {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]}}
+        for k, v in SPOT_LABELS
     ]
-    assert {"key": "node-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"} in spec["tolerations"]
-    assert after["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    assert all(t in spec["tolerations"] for t in SPOT_TOLERATIONS)
+    annotations = after["metadata"]["annotations"]
+    assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    assert annotations["karpenter.sh/do-not-disrupt"] == "true"
 
 
 def test_training_that_checkpoints_may_be_evicted() -> None:
     after, _ = mutated(make_pod({W + "workload": "training", W + "checkpoint": "true"}))
     assert "cluster-autoscaler.kubernetes.io/safe-to-evict" not in after["metadata"]["annotations"]
+    assert "karpenter.sh/do-not-disrupt" not in after["metadata"]["annotations"]
 
 
 def test_batch_requires_spot_and_gets_the_low_priority_class() -> None:
     after, _ = mutated(make_pod({W + "workload": "batch"}))
     spec = after["spec"]
-    assert spec["nodeSelector"] == {"node-type": "spot"}
+    # any spot label will do, so one required term per label (terms are ORed), Karpenter's first
+    assert required_terms(after) == [
+        {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]} for k, v in SPOT_LABELS
+    ]
+    assert "nodeSelector" not in spec and all(t in spec["tolerations"] for t in SPOT_TOLERATIONS)
     assert (spec["priorityClassName"], spec["priority"], spec["preemptionPolicy"]) == ("gpupack-batch", -100, "Never")
     assert gpu_of(after) == {"nvidia.com/gpu.shared": "1"}
 
@@ -123,7 +153,7 @@ def test_batch_requires_spot_and_gets_the_low_priority_class() -> None:
 def test_statefulset_pod_never_goes_to_spot_even_in_a_spot_class() -> None:
     after, _ = mutated(make_pod({W + "workload": "batch"}, owner="StatefulSet"))
     assert "nodeSelector" not in after["spec"]
-    assert "requiredDuringSchedulingIgnoredDuringExecution" in after["spec"]["affinity"]["nodeAffinity"]
+    assert required_terms(after) == [{"matchExpressions": NEVER_SPOT}]
 
 
 def test_every_container_gets_cpu_and_memory_requests_capped_by_limits() -> None:
@@ -211,6 +241,147 @@ def test_pod_that_selects_spot_keeps_it_unless_spot_is_enforced() -> None:
     after, _ = mutated(pod, "enforce: [spot]")
     assert after["spec"]["nodeSelector"] == {}
     assert "requiredDuringSchedulingIgnoredDuringExecution" in after["spec"]["affinity"]["nodeAffinity"]
+
+
+@pytest.mark.parametrize(
+    ("selector", "kept"),
+    [
+        ({"karpenter.sh/capacity-type": "spot"}, True),  # Karpenter's own spot label: a choice of spot
+        ({"eks.amazonaws.com/capacityType": "SPOT"}, True),
+        ({"karpenter.sh/capacity-type": "on-demand"}, False),  # says "not spot": the exclusion adds nothing wrong
+    ],
+)
+def test_a_pod_selecting_capacity_by_a_well_known_label_is_read_as_its_choice(
+    selector: dict[str, str], kept: bool
+) -> None:
+    pod = make_pod({W + "workload": "inference"}, nodeSelector=selector)
+    after, warnings = mutated(pod)
+    assert after["spec"]["nodeSelector"] == selector
+    assert "affinity" not in after["spec"]  # its own choice stands either way: no affinity added
+    assert any("selects spot nodes, kept" in w for w in warnings) == kept
+
+
+def test_a_pod_requiring_spot_by_affinity_loses_those_terms_when_spot_is_enforced() -> None:
+    terms = [
+        {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]},
+        {"matchExpressions": [{"key": "node-type", "operator": "In", "values": ["spot"]}]},
+    ]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    pod = make_pod({W + "workload": "inference"}, affinity=affinity)
+    after, _ = mutated(pod)
+    assert required_terms(after) == terms  # kept, with a warning
+    after, _ = mutated(pod, "enforce: [spot]")
+    assert required_terms(after) == [{"matchExpressions": NEVER_SPOT}]
+
+
+def test_enforced_spot_replaces_a_batch_pods_own_exclusion_of_spot() -> None:
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+    never = {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [zone, never]}]}}}  # fmt: skip
+    pod = make_pod({W + "workload": "batch"}, nodeSelector={"node-type": "on-demand"}, affinity=affinity)
+    after, warnings = mutated(pod)
+    assert after["spec"]["nodeSelector"] == {"node-type": "on-demand"} and required_terms(after) == [
+        {"matchExpressions": [zone, never]}
+    ]
+    assert any("excludes spot nodes, kept" in w for w in warnings)
+    after, _ = mutated(pod, "enforce: [spot]")
+    assert after["spec"]["nodeSelector"] == {}  # its zone stays, its exclusions go, any spot label will do
+    assert required_terms(after) == [
+        {"matchExpressions": [zone, {"key": k, "operator": "In", "values": [v]}]} for k, v in SPOT_LABELS
+    ]
+
+
+def test_batch_with_its_own_required_terms_gets_each_combined_with_every_spot_label() -> None:
+    zone = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [zone]}]}}}  # fmt: skip
+    after, _ = mutated(make_pod({W + "workload": "batch"}, affinity=affinity))
+    assert required_terms(after) == [
+        {"matchExpressions": [zone, {"key": k, "operator": "In", "values": [v]}]} for k, v in SPOT_LABELS
+    ]
+
+
+def test_the_webhook_run_twice_changes_nothing_more() -> None:
+    # kube-apiserver may call a webhook again (reinvocationPolicy): each placement must read its own output
+    for workload in ("inference", "training", "batch"):
+        once, _ = mutated(make_pod({W + "workload": workload}))
+        twice, _ = mutated(once)
+        assert twice == once, workload
+
+
+@pytest.mark.parametrize(
+    ("doc", "labels"),
+    [
+        ("spot: {wellKnown: false}", [("node-type", "spot")]),
+        (
+            "spot: {wellKnown: false, labels: [{key: pool, value: cheap}, {key: pool, value: spare}]}",
+            [("pool", "cheap|spare")],
+        ),
+        ("spot: {labels: []}", SPOT_LABELS[:-1]),
+    ],
+)
+def test_the_policy_names_the_spot_labels(doc: str, labels: list[tuple[str, str]]) -> None:
+    after, _ = mutated(make_pod({W + "workload": "inference"}), doc)
+    assert required_terms(after) == [
+        {"matchExpressions": [{"key": k, "operator": "NotIn", "values": v.split("|")} for k, v in labels]}
+    ]
+
+
+def test_without_well_known_spot_labels_only_the_clusters_own_taint_is_tolerated() -> None:
+    after, _ = mutated(make_pod({W + "workload": "batch"}), "spot: {wellKnown: false, taints: []}")
+    assert "tolerations" not in after["spec"] or not [
+        t for t in after["spec"]["tolerations"] if t["key"] != "node.kubernetes.io/not-ready"
+    ]
+
+
+# the node autoscalers' annotations -----------------------------------------------------------------------------
+
+SAFE = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+KEEP = "karpenter.sh/do-not-disrupt"
+
+
+@pytest.mark.parametrize(
+    ("doc", "written"),
+    [
+        ("", {SAFE: "false", KEEP: "true"}),
+        ("autoscalers: [karpenter]", {KEEP: "true"}),
+        ("autoscalers: [cluster-autoscaler]", {SAFE: "false"}),
+        ("autoscalers: []", {}),
+        ("classes: {training: {safeToEvict: true}}", {}),
+    ],
+)
+def test_training_without_checkpoints_is_kept_from_each_autoscaler_the_policy_names(
+    doc: str, written: dict[str, str]
+) -> None:
+    after, _ = mutated(make_pod({W + "workload": "training"}), doc)
+    found = after["metadata"].get("annotations") or {}
+    assert {k: v for k, v in found.items() if k in (SAFE, KEEP)} == written
+
+
+@pytest.mark.parametrize(
+    ("own", "after_own", "conflict"),
+    [
+        ({KEEP: "30m"}, {KEEP: "30m", SAFE: "false"}, False),  # its own duration stands; CA still told
+        ({KEEP: "true"}, {KEEP: "true", SAFE: "false"}, False),
+        ({SAFE: "false"}, {SAFE: "false", KEEP: "true"}, False),
+        ({SAFE: "true"}, {SAFE: "true"}, True),  # it says it may be evicted: no do-not-disrupt for Karpenter either
+        ({KEEP: "false"}, {KEEP: "false"}, True),  # not a value Karpenter honours: it asks for nothing
+    ],
+)
+def test_a_pods_own_autoscaler_annotation_keeps_its_value(
+    own: dict[str, str], after_own: dict[str, str], conflict: bool
+) -> None:
+    after, warnings = mutated(make_pod({W + "workload": "training"}, annotations=own))
+    found = after["metadata"].get("annotations") or {}
+    assert {k: v for k, v in found.items() if k in (SAFE, KEEP)} == after_own
+    assert any("kept" in w and "from the pod" in w for w in warnings) == conflict
+
+
+def test_enforced_autoscaler_annotations_overrule_the_pods_own() -> None:
+    after, _ = mutated(make_pod({W + "workload": "training"}, annotations={SAFE: "true", KEEP: "5m"}),
+                       "enforce: [autoscaler]")  # fmt: skip
+    assert {k: after["metadata"]["annotations"][k] for k in (SAFE, KEEP)} == {SAFE: "false", KEEP: "true"}
 
 
 @pytest.mark.parametrize(

@@ -145,7 +145,9 @@ def test_webhook_extender_and_report_agree_on_what_a_statefulset_pod_is(
     # The rule is Cluster Autoscaler's: the controller reference. The extender had looked at any owner reference.
     pod = _batch_pod(owner)
     after, _ = mutated(pod)
-    webhook = "nodeSelector" not in after["spec"]  # kept off spot instead of required on it
+    terms = after["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    webhook = all(e["operator"] == "NotIn" for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"])
+    # (kept off spot instead of required on it)
     extender = demand_of(pod, policy()).avoid_spot
     bound = {**pod, "kind": "Pod", "spec": {**pod["spec"], "nodeName": "spot"}, "status": {"phase": "Running"}}
     found = all_findings(inputs(usage(*gpus("spot", 4, 50.0)), [node("spot", 4, spot=True), bound]))

@@ -23,7 +23,9 @@ def test_empty_document_is_the_guides_policy() -> None:
     assert (policy.classes.training.sharing, policy.classes.training.spot) == ("exclusive", "prefer")
     assert (policy.classes.batch.sharing, policy.classes.batch.spot) == ("time-slicing", "require")
     assert policy.time_slicing.resource_name == "nvidia.com/gpu.shared"
-    assert (policy.spot.label.key, policy.spot.label.value) == ("node-type", "spot")
+    assert ("node-type", "spot") in policy.spot.recognised  # the cluster's own, beside Karpenter's and the clouds'
+    assert ("karpenter.sh/capacity-type", "spot") == policy.spot.recognised[0]
+    assert policy.autoscalers == ["cluster-autoscaler", "karpenter"]
     assert {"kube-system", "gpupack-system"} <= policy.never_touched
     names = {p.name for p in policy.mig_profiles}
     assert {"1g.5gb", "1g.10gb", "3g.40gb", "7g.80gb", "1g.18gb", "7g.141gb"} <= names
@@ -49,6 +51,22 @@ def test_priority_classes_given_are_added_to_the_defaults() -> None:
         (b"modee: audit", "modee: Extra inputs are not permitted"),
         (b"migProfiles: [{name: big, memory: 8Gi, computeSlices: 1}]", "migProfiles.0.name"),
         (b"spot: {preferWeight: 500}", "spot.preferWeight"),
+        (
+            b"spot: {labels: [{key: node type, value: spot}]}",
+            "spot.labels.0.key: Value error, 'node type' is not a label key",
+        ),
+        (b"spot: {labels: [{key: a/b/c, value: spot}]}", "spot.labels.0.key: Value error, 'a/b/c' is not a label key"),
+        (b"spot: {labels: [{key: " + b"x" * 64 + b", value: spot}]}", "spot.labels.0.key"),
+        (b"spot: {labels: [{key: node-type, value: spot!}]}", "spot.labels.0.value"),
+        (b"spot: {labels: [{key: node-type}]}", "spot.labels.0.value: Field required"),
+        (b"spot: {taints: [{key: node-type, value: spot, effect: Sometimes}]}", "spot.taints.0.effect"),
+        (b"spot: {label: {key: node-type, value: spot}}", "spot: Value error, label is now labels, a list"),
+        (b"spot: {wellKnown: maybe}", "spot.wellKnown"),
+        (
+            b"autoscalers: [cluster-autoscaler, keda]",
+            "autoscalers.1: Input should be 'cluster-autoscaler' or 'karpenter'",
+        ),
+        (b"autoscalers: karpenter", "autoscalers: Input should be a valid list"),
         (b"gpupackNamespace: Not_A_Name", "gpupackNamespace"),
         (b"- a list", "must be a YAML mapping"),
         (b"a: [", "not valid YAML"),
@@ -81,6 +99,34 @@ async def test_reload_refuses_an_invalid_version_and_keeps_serving_the_previous(
         await wait_until(lambda: store.policy.mode == "audit")
         assert store.policy.mode == "audit" and store.current.version == policy_version(b"mode: audit")
         assert registry.get_sample_value("gpupack_policy_info", {"version": first, "mode": "enforce"}) is None
+    finally:
+        watcher.cancel()
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (b"autoscalers: [karpenter, descheduler]", "autoscalers.1: Input should be"),
+        (b"spot: {labels: [{key: 'karpenter.sh/capacity type', value: spot}]}", "spot.labels.0.key"),
+    ],
+)
+async def test_a_reload_naming_an_unknown_autoscaler_or_a_malformed_spot_label_changes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: bytes, named: str
+) -> None:
+    good = b"autoscalers: [karpenter]\nspot: {labels: [{key: pool, value: cheap}]}"
+    registry = CollectorRegistry()
+    metrics = PolicyMetrics(registry)
+    path = _configmap_volume(tmp_path, good, 1)
+    store = PolicyStore(path, on_reload=metrics.loaded, on_failure=metrics.failed)
+    before = store.current.version
+    watcher = asyncio.create_task(store.watch(0.02))
+    try:
+        with caplog.at_level(logging.ERROR):
+            _configmap_volume(tmp_path, bad, 2)
+            await wait_until(lambda: registry.get_sample_value("gpupack_policy_reload_failures_total") == 1.0)
+        assert store.current.version == before
+        assert store.policy.autoscalers == ["karpenter"] and ("pool", "cheap") in store.policy.spot.recognised
+        assert any(named in r.getMessage() for r in caplog.records)
     finally:
         watcher.cancel()
 

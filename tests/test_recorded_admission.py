@@ -12,6 +12,15 @@ import pytest
 from gpupack.webhook.mutate import plan
 from tests.conftest import ADMISSION, RECORDED_POLICY, context, recorded_facts, recorded_review
 
+SPOT_LABELS = [
+    ("karpenter.sh/capacity-type", "spot"),
+    ("eks.amazonaws.com/capacityType", "SPOT"),
+    ("cloud.google.com/gke-spot", "true"),
+    ("cloud.google.com/gke-preemptible", "true"),
+    ("kubernetes.azure.com/scalesetpriority", "spot"),
+    ("node-type", "spot"),
+]
+"""The spot labels the default policy recognises: Karpenter's, the clouds', the cluster's own (`node-type`)."""
 AFFINITY_NO_SPOT = {
     "op": "add",
     "path": "/spec/affinity",
@@ -19,12 +28,33 @@ AFFINITY_NO_SPOT = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [
-                    {"matchExpressions": [{"key": "node-type", "operator": "NotIn", "values": ["spot"]}]}
+                    {"matchExpressions": [{"key": k, "operator": "NotIn", "values": [v]} for k, v in SPOT_LABELS]}
                 ]
             }
         }
     },
 }
+AFFINITY_SPOT = {
+    "op": "add",
+    "path": "/spec/affinity",
+    "value": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": k, "operator": "In", "values": [v]}]} for k, v in SPOT_LABELS
+                ]
+            }
+        }
+    },
+}
+WELL_KNOWN_TOLERATIONS = [
+    {
+        "op": "add",
+        "path": "/spec/tolerations/-",
+        "value": {"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"},
+    }
+    for key, value in (("kubernetes.azure.com/scalesetpriority", "spot"), ("cloud.google.com/gke-spot", "true"))
+]
 INFERENCE_PRIORITY = [
     {"op": "add", "path": "/spec/priorityClassName", "value": "gpu-inference-high"},
     {"op": "replace", "path": "/spec/priority", "value": 100000},
@@ -60,12 +90,13 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
     "001-mutate-bert-batch": [
         {"op": "add", "path": "/spec/containers/0/resources/requests/cpu", "value": "1"},
         {"op": "add", "path": "/spec/containers/0/resources/requests/memory", "value": "2Gi"},
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"node-type": "spot"}},
+        AFFINITY_SPOT,
         {
             "op": "add",
             "path": "/spec/tolerations/-",
             "value": {"key": "node-type", "operator": "Equal", "value": "spot", "effect": "NoSchedule"},
         },
+        *WELL_KNOWN_TOLERATIONS,
         {"op": "add", "path": "/spec/priorityClassName", "value": "gpu-batch-low"},
         {"op": "replace", "path": "/spec/priority", "value": -10},
         {"op": "replace", "path": "/spec/preemptionPolicy", "value": "Never"},
@@ -73,12 +104,15 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
         NEW_ANNOTATIONS["batch"],
     ],
     # Already on spot with the toleration and its own requests; gpupack-training is not in the API: left out.
+    # It tolerates the well-known spot taints too, and both autoscalers are told not to disrupt it.
     "002-mutate-ddp-worker-0": [
+        *WELL_KNOWN_TOLERATIONS,
         {
             "op": "add",
             "path": "/metadata/annotations",
             "value": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
         },
+        {"op": "add", "path": "/metadata/annotations/karpenter.sh~1do-not-disrupt", "value": "true"},
         ROUTED,
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1class", "value": "training"},
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1policy-version", "value": "test"},

@@ -15,6 +15,7 @@ import msgspec
 import orjson
 
 from gpupack.core import contract
+from gpupack.core.autoscalers import PROTECTING, says_evictable
 from gpupack.core.cluster import UNKNOWN, ClusterFacts
 from gpupack.core.k8s import InvalidPod, Pod, decode_pod, document, read_pod
 from gpupack.core.lease import ASSUMED_LIVE, SchedulerStatus
@@ -92,17 +93,24 @@ def _skip(reason: str) -> Decision:
 def _autoscaler(
     pod: Pod, builder: PatchBuilder, policy: Policy, cls: ClassPolicy, req: WorkloadRequest, notes: Notes
 ) -> None:
-    """Training restarts are expensive: keep Cluster Autoscaler from evicting pods that do not checkpoint."""
+    """Training restarts are expensive: keep the node autoscalers (`policy.autoscalers`) from evicting pods that
+    do not checkpoint. An annotation the pod sets itself keeps its value; one that says the pod may be evicted
+    stands for both autoscalers (writing the other's "do not" would contradict it), unless the policy enforces
+    `autoscaler`."""
     if cls.safe_to_evict or req.checkpoint:
         return
-    own = pod.annotations.get(contract.ANNOTATION_SAFE_TO_EVICT)
-    if own == "false":
+    enforced = policy.enforces("autoscaler")
+    evictable = says_evictable(pod.annotations)
+    if evictable is not None and not enforced:
+        notes.add("conflict", f"kept {evictable} from the pod")
         return
-    if own is not None and not policy.enforces("autoscaler"):
-        notes.add("conflict", f"kept {contract.ANNOTATION_SAFE_TO_EVICT}={own} from the pod")
-        return
-    builder.set(ANNOTATIONS, contract.ANNOTATION_SAFE_TO_EVICT, "false")
-    notes.add("autoscaler", f"{contract.ANNOTATION_SAFE_TO_EVICT}=false (no {contract.LABEL_CHECKPOINT}=true)")
+    for autoscaler in dict.fromkeys(policy.autoscalers):
+        key, value = PROTECTING[autoscaler]
+        own = pod.annotations.get(key)
+        if own == value or (own is not None and not enforced):
+            continue  # the pod's own protection (a do-not-disrupt duration, say) stands
+        builder.set(ANNOTATIONS, key, value)
+        notes.add("autoscaler", f"{key}={value} (no {contract.LABEL_CHECKPOINT}=true)")
 
 
 def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, stateful: bool, notes: Notes) -> str:

@@ -31,6 +31,9 @@ ANNOTATION_AUDIT: Final = f"{DOMAIN}/audit"
 # Annotations read by other components.
 ANNOTATION_MIRROR_POD: Final = "kubernetes.io/config.mirror"
 ANNOTATION_SAFE_TO_EVICT: Final = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+ANNOTATION_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+"""Karpenter's: on a pod, `"true"` (or a duration from the pod's start) keeps its node from voluntary disruption;
+on a Node or NodeClaim it keeps that node. Karpenter never reads `safe-to-evict` (v1.15.0)."""
 
 # The scheduler the API server names in every pod that names none (it defaults `spec.schedulerName` before
 # webhooks run): a pod carrying it did not choose a scheduler.
@@ -140,7 +143,16 @@ KEYS: Final = (
         "pod annotation",
         "webhook",
         '`"false"`',
-        "Cluster Autoscaler's: written for classes with `safeToEvict: false` (training) unless the pod checkpoints",
+        "Cluster Autoscaler's: written for classes with `safeToEvict: false` (training) unless the pod checkpoints, "
+        "when `autoscalers` lists `cluster-autoscaler`",
+    ),
+    Key(
+        ANNOTATION_DO_NOT_DISRUPT,
+        "pod annotation",
+        "webhook",
+        '`"true"`',
+        "Karpenter's: written beside `safe-to-evict` when `autoscalers` lists `karpenter`; the report also reads it "
+        "on nodes",
     ),
     Key(
         ANNOTATION_MIRROR_POD,

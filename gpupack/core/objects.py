@@ -17,7 +17,6 @@ from gpupack.core import contract
 
 if TYPE_CHECKING:
     from gpupack.core.gpus.catalog import GpuModel
-    from gpupack.core.policy import NodeLabel
 
 GFD_PRODUCT: Final = "nvidia.com/gpu.product"
 """The GPU model, `NVIDIA-A100-SXM4-40GB`; `-SHARED` is appended on time-sliced nodes."""
@@ -120,11 +119,6 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     """`metadata.labels`, empty when absent or malformed."""
     found = _metadata(obj).get("labels")
     return found if isinstance(found, dict) else {}
-
-
-def is_spot(labels: Mapping[str, str], spot: NodeLabel) -> bool:
-    """Whether node labels carry the policy's spot label (`policy.spot.label`)."""
-    return labels.get(spot.key) == spot.value
 
 
 def names_gpu(resources: Iterable[Any], shared_resource: str = contract.RESOURCE_GPU_SHARED) -> bool:

@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gpupack.core import contract, dcgm, yamldoc
+from gpupack.core import contract, dcgm, spot, yamldoc
+from gpupack.core.autoscalers import Autoscaler
 from gpupack.core.gpus.catalog import CATALOG, DEFAULT_MIG_GPUS
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.core.thresholds import DEFAULT as THRESHOLDS
@@ -30,6 +31,7 @@ EnforcedField = Literal["gpu", "requests", "spot", "priority", "autoscaler", "sc
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _MIG_NAME = re.compile(r"^[0-9]+g\.[0-9]+gb$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 def _positive_quantity(text: str) -> str:
@@ -47,6 +49,10 @@ def _dns_subdomain(text: str) -> str:
         raise ValueError(f"{text!r} is not a valid Kubernetes object name (lowercase DNS subdomain)")
     return text
 
+
+MAX_ENTRIES = 1000
+"""The most entries a policy list or map holds (PriorityClasses, MIG profiles, ignored namespaces, spot labels). Real
+policies have a handful; the bound keeps a reload cheap to validate and to hand over (see `policy_store`)."""
 
 Quantity = Annotated[str, AfterValidator(_positive_quantity)]
 ObjectName = Annotated[str, AfterValidator(_dns_subdomain)]
@@ -72,7 +78,8 @@ class ClassPolicy(_Model):
     default_gpu_memory: Quantity = "10Gi"
     """GPU memory assumed when a MIG pod has no `gpupack.io/gpu-memory` label."""
     safe_to_evict: bool = True
-    """False annotates pods `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` unless they checkpoint."""
+    """False keeps the node autoscalers (`autoscalers`) from evicting the class's pods unless they checkpoint:
+    `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, `karpenter.sh/do-not-disrupt: "true"`."""
 
 
 _CLASS_DEFAULTS: dict[str, ClassPolicy] = {
@@ -179,10 +186,22 @@ class TimeSlicing(_Model):
     resource name, `domain/name` (`cpu` or an empty name would count CPU or nothing as GPU replicas)."""
 
 
+def _label_key(text: str) -> str:
+    """A label (or taint) key as the API server validates it: an optional DNS subdomain prefix and `/`, then a name
+    of at most 63 characters, alphanumeric at both ends with `-`, `_` and `.` inside."""
+    prefix, _, name = text.rpartition("/")
+    if (prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))) or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"{text!r} is not a label key: [prefix/]name, the prefix a lowercase DNS subdomain, the name 1-63 "
+            "characters, alphanumeric at both ends with '-', '_' or '.' inside"
+        )
+    return text
+
+
 class NodeLabel(_Model):
     """A node label key and value."""
 
-    key: str = Field(min_length=1, max_length=316)
+    key: Annotated[str, AfterValidator(_label_key)]
     """The label (or taint) key, e.g. `node-type` or `cloud.google.com/gke-spot`."""
     value: str = Field(pattern=_LABEL_VALUE.pattern, max_length=63)
     """Its value on spot nodes, e.g. `spot` or `true`."""
@@ -196,14 +215,45 @@ class NodeTaint(NodeLabel):
 
 
 class SpotPolicy(_Model):
-    """How spot nodes are recognised."""
+    """How spot nodes are recognised: Karpenter's and the clouds' own labels out of the box (`wellKnown`), and the
+    cluster's own. `forbid` excludes every recognised label, `require` selects any of them, `prefer` weighs each."""
 
-    label: NodeLabel = NodeLabel(key="node-type", value="spot")
-    """Label carried by spot nodes; `forbid` excludes it, `require` selects it, `prefer` weighs it."""
-    taint: NodeTaint | None = NodeTaint(key="node-type", value="spot")
-    """Taint carried by spot nodes, tolerated by `require` and `prefer` pods; null when spot nodes are untainted."""
+    well_known: bool = True
+    """Recognise the labels Karpenter and the clouds put on spot nodes (`karpenter.sh/capacity-type: spot`,
+    `eks.amazonaws.com/capacityType: SPOT`, `cloud.google.com/gke-spot: "true"`,
+    `cloud.google.com/gke-preemptible: "true"`, `kubernetes.azure.com/scalesetpriority: spot`) and tolerate their
+    spot taints (AKS's `kubernetes.azure.com/scalesetpriority=spot`, GKE's `cloud.google.com/gke-spot=true`)."""
+    labels: list[NodeLabel] = Field(default=[NodeLabel(key="node-type", value="spot")], max_length=MAX_ENTRIES)
+    """The cluster's own labels for spot nodes, recognised beside the well-known ones."""
+    taints: list[NodeTaint] = Field(default=[NodeTaint(key="node-type", value="spot")], max_length=MAX_ENTRIES)
+    """The cluster's own taints on spot nodes, tolerated by `require` and `prefer` pods beside the well-known ones;
+    empty when its spot nodes are untainted."""
     prefer_weight: int = Field(default=80, ge=1, le=100)
-    """Weight of the preferred node affinity written for `prefer`."""
+    """Weight of each preferred node affinity term written for `prefer` (one per recognised label key)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _singular_forms(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in (("label", "labels"), ("taint", "taints")):
+                if old in data:
+                    raise ValueError(f"{old} is now {new}, a list (the well-known spot labels are recognised too)")
+        return data
+
+    @cached_property
+    def recognised(self) -> tuple[tuple[str, str], ...]:
+        """(key, value) of every label that marks a spot node: the well-known ones first (Karpenter tries a pod's
+        required node affinity terms in order), then the cluster's own."""
+        own = tuple((label.key, label.value) for label in self.labels)
+        found = (*spot.WELL_KNOWN_LABELS, *own) if self.well_known else own
+        return tuple(dict.fromkeys(found))
+
+    @cached_property
+    def tolerated(self) -> tuple[tuple[str, str, str], ...]:
+        """(key, value, effect) of every spot taint that `require` and `prefer` pods tolerate."""
+        own = tuple((taint.key, taint.value, taint.effect) for taint in self.taints)
+        found = (*own, *spot.WELL_KNOWN_TAINTS) if self.well_known else own
+        return tuple(dict.fromkeys(found))
 
 
 class ClusterFacts(_Model):
@@ -282,11 +332,6 @@ class ExtenderPolicy(_Model):
     assume_seconds: float = Field(default=30.0, gt=0, le=600)
     """How long a pod ranked first for a node counts against it before it shows up bound."""
     metrics: MetricsPolicy = MetricsPolicy()
-
-
-MAX_ENTRIES = 1000
-"""The most entries a policy list or map holds (PriorityClasses, MIG profiles, ignored namespaces). Real
-policies have a handful; the bound keeps a reload cheap to validate and to hand over (see `policy_store`)."""
 
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -370,6 +415,11 @@ class Policy(_Model):
     smallest that holds its `gpupack.io/gpu-memory`: least memory, then fewest compute slices."""
     time_slicing: TimeSlicing = TimeSlicing()
     spot: SpotPolicy = SpotPolicy()
+    autoscalers: list[Autoscaler] = Field(default=["cluster-autoscaler", "karpenter"], max_length=2)
+    """The node autoscalers gpupack speaks to: the annotations that keep pods of `safeToEvict: false` classes from
+    being disrupted are written for these (Cluster Autoscaler's `safe-to-evict`, Karpenter's `do-not-disrupt`),
+    and the report names their scale-down blockers. Both by default: an annotation the cluster's autoscaler does
+    not read changes nothing; empty writes none."""
     gpupack_namespace: ObjectName = "gpupack-system"
     """gpupack's own namespace: never touched, like `kube-system`."""
     ignored_namespaces: list[ObjectName] = Field(default=[], max_length=MAX_ENTRIES)

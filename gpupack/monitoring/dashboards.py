@@ -50,12 +50,24 @@ NODE = 'node=~"$node"'
 RATE = "$__rate_interval"
 
 
-def spot_selector() -> str:
-    """The policy's spot node label as kube-state-metrics writes it on `kube_node_labels` (`node-type=spot`:
-    `label_node_type="spot"`; the key must be in `--metric-labels-allowlist=nodes=[...]`)."""
-    label = SpotPolicy().label
-    key = "label_" + "".join(c if c.isalnum() else "_" for c in label.key)
-    return f'{key}="{label.value}"'
+def spot_selectors() -> list[str]:
+    """The default policy's recognised spot labels as kube-state-metrics writes them on `kube_node_labels`
+    (`karpenter.sh/capacity-type=spot`: `label_karpenter_sh_capacity_type="spot"`); each key must be in its
+    `--metric-labels-allowlist=nodes=[...]` (`ksm_allowlist`)."""
+    return [
+        f'label_{"".join(c if c.isalnum() else "_" for c in key)}="{value}"' for key, value in SpotPolicy().recognised
+    ]
+
+
+def ksm_allowlist() -> str:
+    """The kube-state-metrics flag that exposes every recognised spot label key on `kube_node_labels`."""
+    keys = dict.fromkeys(key for key, _ in SpotPolicy().recognised)
+    return f"--metric-labels-allowlist=nodes=[{','.join(keys)}]"
+
+
+def spot_nodes() -> str:
+    """A series per spot node: `kube_node_labels` carrying any recognised spot label."""
+    return "max by (node) (" + " or ".join(f"kube_node_labels{{{s}}}" for s in spot_selectors()) + ")"
 
 
 def _thresholds(*steps: tuple[float | None, str]) -> JSON:
@@ -286,7 +298,7 @@ def query_variable(name: str, label: str, query: str, all_value: str | None = No
 
 
 def gpu_cost() -> JSON:
-    spot = f"kube_node_labels{{{spot_selector()}}}"
+    spot = spot_nodes()
     node_util, node_util_1h = (
         f"gpupack:node_gpu_utilization:avg5m{{{NODE}}}",
         f"gpupack:node_gpu_utilization:avg1h{{{NODE}}}",
@@ -483,8 +495,8 @@ def gpu_cost() -> JSON:
         ),
         _timeseries(
             "GPUs on spot and on-demand nodes",
-            f"Physical GPUs reporting DCGM metrics, on nodes labelled {SpotPolicy().label.key}="
-            f"{SpotPolicy().label.value} and on the others.",
+            "Physical GPUs reporting DCGM metrics, on nodes with a spot label (Karpenter's, a cloud's or "
+            "node-type=spot) and on the others.",
             targets(
                 (f"sum({gpus} and on (node) {spot})", "spot"),
                 (f"sum({gpus} unless on (node) {spot})", "on-demand"),

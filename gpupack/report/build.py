@@ -52,7 +52,7 @@ def _idle_cost(inputs: Inputs, node: str) -> float | None:
 def build_report(inputs: Inputs, savings: Savings | None = None, compare: Comparison | None = None) -> Report:
     """Everything the renderers show, nodes in name order and findings most severe first."""
     rows = tuple(
-        NodeRow(node, inputs.classes[name], inputs.spot(name), _idle_cost(inputs, name))
+        NodeRow(node, inputs.classes[name], inputs.spot(name) is not None, _idle_cost(inputs, name))
         for name, node in inputs.nodes.items()
     )
     return Report(

@@ -210,7 +210,7 @@ def _cost(
         price = inputs.price(name)
         if price is None:
             node = cluster.node_by_name.get(name) or {}
-            price = inputs.prices.per_gpu_hour(labels_of(node).get(GFD_PRODUCT), inputs.spot(name))
+            price = inputs.prices.per_gpu_hour(labels_of(node).get(GFD_PRODUCT), inputs.spot(name) is not None)
         if price is None:
             return None
         total += price * records[name].gpu_count * hours

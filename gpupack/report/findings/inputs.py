@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from gpupack.core.objects import is_spot, labels_of
+from gpupack.core.objects import labels_of
 from gpupack.core.policy import Policy
+from gpupack.core.spot import spot_label
 from gpupack.core.thresholds import NodeClass, Thresholds
 from gpupack.report.churn import Churn
 from gpupack.report.cluster import Cluster, key
@@ -44,16 +45,18 @@ class Inputs:
         """Per node, the guide's (docs/method.md) class by its mean utilization."""
         return {name: self.thresholds.node_class(node.util_mean) for name, node in self.nodes.items()}
 
-    def spot(self, node: str) -> bool:
-        """Whether the node is a spot node (by the policy's label; False when the cluster is unknown)."""
+    def spot(self, node: str) -> str | None:
+        """The recognised spot label the node carries (`policy.spot.recognised`), `key=value`; None on other nodes
+        and when the cluster is unknown."""
         found = self.cluster.node_by_name.get(node) if self.cluster is not None else None
-        return found is not None and is_spot(labels_of(found), self.policy.spot.label)
+        return None if found is None else spot_label(labels_of(found), self.policy.spot.recognised)
 
     def price(self, node: str) -> float | None:
         """What one GPU-hour of `node` costs, None without prices or a matching entry."""
         if self.prices is None:
             return None
-        return self.prices.per_gpu_hour(self.nodes[node].model if node in self.nodes else None, self.spot(node))
+        model = self.nodes[node].model if node in self.nodes else None
+        return self.prices.per_gpu_hour(model, self.spot(node) is not None)
 
     def idle_gpu_hours(self, node: str) -> float:
         """GPU-hours of the node's capacity not used over the window: GPUs x hours x (1 - utilization)."""

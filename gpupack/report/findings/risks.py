@@ -76,14 +76,14 @@ def findings(inputs: Inputs) -> list[Finding]:
                 )
             )
         why = _inference_or_stateful(pod)
-        if why is not None and inputs.spot(str(node)):
-            label = f"{inputs.policy.spot.label.key}={inputs.policy.spot.label.value}"
+        label = inputs.spot(str(node)) if why is not None else None
+        if why is not None and label is not None:
             out.append(
                 Finding(
                     "inference-on-spot",
                     "high",
                     f"a spot interruption takes it down: label it {contract.LABEL_WORKLOAD}=inference (gpupack then "
-                    f"requires nodes without {label}), or add that node affinity yourself",
+                    f"requires nodes without {label} or any other spot label), or add that node affinity yourself",
                     node=str(node),
                     pod=key(pod),
                     workload=workload(pod),

@@ -105,8 +105,9 @@ A100, H100, T4 = MODELS["A100-40GB"], MODELS["H100-80GB"], MODELS["T4-16GB"]
 
 
 def _spot_taint() -> dict[str, str]:
-    taint = SpotPolicy().taint
-    return taint.model_dump() if taint is not None else {}
+    """The default policy's own spot taint (`node-type=spot`), which the day's spot nodes carry."""
+    key, value, effect = SpotPolicy().tolerated[0]
+    return {"key": key, "value": value, "effect": effect}
 
 
 SPOT = _spot_taint()
