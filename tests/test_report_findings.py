@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpupack.report.build import build_report
-from gpupack.report.document import Finding
+from gpupack.report.document import Finding, iso
 from gpupack.report.findings import all_findings
 from gpupack.report.findings.sizing import resizes
 from gpupack.report.prices import read_prices
@@ -268,6 +268,110 @@ def test_a_node_annotated_against_scale_down_and_its_daemonsets_are_said() -> No
         ("ScaleDownDisabledAnnotation", "medium"),
         ("DaemonSetUtilization", "info"),
     ]
+
+
+# Karpenter's blockers, on a node a NodePool owns -------------------------------------------------------------------
+
+KEEP = "karpenter.sh/do-not-disrupt"
+WEEK_END = WEEK.end
+"""The report judges `do-not-disrupt` durations at the window's end."""
+
+
+def karpenter_node(name: str, **annotations: str) -> dict[str, Any]:
+    found = node(name, annotations=dict(annotations))
+    found["metadata"]["labels"]["karpenter.sh/nodepool"] = "h100"
+    return found
+
+
+def started_hours_before_the_end(hours: float) -> dict[str, Any]:
+    return {"startTime": iso(WEEK_END - hours * 3600)}
+
+
+KARPENTER_BLOCKERS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("DoNotDisruptAnnotation", {"annotations": {KEEP: "true"}}, {}),
+    ("DoNotDisruptAnnotation", {"annotations": {KEEP: "2h"}}, started_hours_before_the_end(1)),  # not yet run 2 h
+    ("DoNotDisruptAnnotation", {"annotations": {KEEP: "2h"}}, {}),  # no start time: protected
+    ("PdbAllowsNoDisruption", {"labels": {"app": "guarded"}}, {}),
+    ("MultiplePdbs", {"labels": {"app": "relaxed", "tier": "relaxed"}}, {}),
+]
+KARPENTER_MOVES: list[tuple[dict[str, Any], dict[str, Any]]] = [
+    ({"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}, {}),  # not Karpenter's word
+    ({"owner": None}, {}),  # Karpenter deletes a bare pod, it does not stop for it
+    ({"volumes": [{"name": "scratch", "emptyDir": {}}]}, {}),
+    ({"annotations": {KEEP: "2h"}}, started_hours_before_the_end(3)),  # its protection has run out
+    ({"annotations": {KEEP: "forever"}}, {}),  # a value Karpenter ignores (with an Event)
+    ({"labels": {"app": "relaxed"}}, {}),  # a PDB that allows a disruption
+]
+
+
+@pytest.mark.parametrize(
+    ("reason", "planted", "status"),
+    KARPENTER_BLOCKERS,
+    ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(KARPENTER_BLOCKERS)],
+)
+def test_each_karpenter_blocker_is_named_on_the_pod_planted(
+    reason: str, planted: dict[str, Any], status: dict[str, Any]
+) -> None:
+    blocker = pod("blocker-7d9f8c-a", "idle", **planted)
+    blocker["status"].update(status)
+    objects = [
+        karpenter_node("idle"),
+        blocker,
+        pod("fine-7d9f8c-a", "idle"),
+        pdb("guard", {"matchLabels": {"app": "guarded"}}, 0),
+        pdb("relaxed", {"matchLabels": {"app": "relaxed"}}, 1),
+        pdb("tiered", {"matchLabels": {"tier": "relaxed"}}, 1),
+    ]
+    found = [f for f in all_findings(inputs(usage(*gpus("idle", 8, 2.0)), objects)) if f.kind == "scale-down-blocker"]
+    assert [(f.evidence["reason"], f.evidence["autoscaler"], f.pod) for f in found] == [
+        (reason, "karpenter", "ml/blocker-7d9f8c-a")
+    ]
+
+
+@pytest.mark.parametrize(("planted", "status"), KARPENTER_MOVES)
+def test_pods_karpenter_moves_block_nothing(planted: dict[str, Any], status: dict[str, Any]) -> None:
+    mover = pod("mover-7d9f8c-a", "idle", **planted)
+    mover["status"].update(status)
+    objects = [karpenter_node("idle"), mover, pdb("relaxed", {"matchLabels": {"app": "relaxed"}}, 1)]
+    found = [f for f in all_findings(inputs(usage(*gpus("idle", 8, 2.0)), objects)) if f.kind == "scale-down-blocker"]
+    assert found == []
+
+
+def test_a_node_karpenter_may_not_touch_and_karpenters_own_word_are_said() -> None:
+    event = {
+        "kind": "Event",
+        "metadata": {"name": "idle.1", "namespace": "default"},
+        "involvedObject": {"kind": "Node", "name": "idle"},
+        "reason": "DisruptionBlocked",
+        "message": 'Node is blocked through the "karpenter.sh/do-not-disrupt" annotation',
+        "lastTimestamp": iso(WEEK_END - 60),
+    }
+    objects = [karpenter_node("idle", **{KEEP: "true"}), event]
+    (found,) = [
+        f for f in all_findings(inputs(usage(*gpus("idle", 8, 2.0)), objects)) if f.kind == "scale-down-blocker"
+    ]
+    assert found.evidence["reason"] == "NodeDoNotDisruptAnnotation"
+    assert found.evidence["karpenter_event"] == (
+        'DisruptionBlocked: Node is blocked through the "karpenter.sh/do-not-disrupt" annotation'
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "karpenters", "reasons"),
+    [
+        ("", False, ["NotSafeToEvictAnnotation"]),  # Cluster Autoscaler's node: CA's rule
+        ("", True, []),  # Karpenter's node: Karpenter does not read safe-to-evict
+        ("autoscalers: [karpenter]", False, ["NotManagedByKarpenter"]),  # no NodePool: nothing removes it
+        ("autoscalers: [cluster-autoscaler]", True, []),  # Karpenter's node, but the policy speaks CA only
+    ],
+)
+def test_each_node_is_judged_by_the_autoscaler_that_would_remove_it(
+    policy: str, karpenters: bool, reasons: list[str]
+) -> None:
+    idle = karpenter_node("idle") if karpenters else node("idle")
+    blocker = pod("blocker-7d9f8c-a", "idle", annotations={"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})
+    found = all_findings(inputs(usage(*gpus("idle", 8, 2.0)), [idle, blocker], policy=policy))
+    assert [f.evidence["reason"] for f in found if f.kind == "scale-down-blocker"] == reasons
 
 
 def test_busy_nodes_are_not_searched_for_blockers() -> None:

@@ -214,8 +214,11 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
     assert refusals(made) == []
     assert verbs(made) == {("list", group, resource) for _, group, resource in CLUSTER_LISTS}
     assert all(r.namespace is None for r in made)  # all namespaces
-    (events,) = [r for r in made if r.resource == "events"]
-    assert "fieldSelector=reason%3DPreempted" in events.uri  # the API server sends only kube-scheduler's
+    events = [r.uri for r in made if r.resource == "events"]
+    # the API server sends only kube-scheduler's preemptions and Karpenter's blocked disruptions, a list each
+    for reason in ("Preempted", "DisruptionBlocked", "Unconsolidatable"):
+        assert sum(f"fieldSelector=reason%3D{reason}" in uri for uri in events) == 1, events
+    assert len(events) == 3
     listed = cluster.plane.kubectl(
         "get", "nodes,pods,pdb,daemonsets,events", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
     )

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
@@ -169,9 +170,10 @@ CLUSTER_LISTS: Final[tuple[tuple[str, str, str], ...]] = (
 )
 """What `gpupack report` lists, in all namespaces, as (kind, API group, resource): its RBAC is `list` on each of
 these resources in a ClusterRole bound by a ClusterRoleBinding, and nothing else."""
-PREEMPTED_EVENTS: Final = "reason=Preempted"
-"""The Events the report lists: those kube-scheduler writes on each pod it preempts (the API server filters core/v1
-Events by `reason`, so a busy cluster's other Events never leave it)."""
+EVENT_REASONS: Final = ("Preempted", "DisruptionBlocked", "Unconsolidatable")
+"""The Events the report lists: those kube-scheduler writes on each pod it preempts, and those Karpenter writes on a
+node it may not or cannot disrupt. The API server filters core/v1 Events by `reason` (one value per list: a field
+selector ANDs its terms), so a busy cluster's other Events never leave it."""
 
 
 def resource_name(group: str, resource: str) -> str:
@@ -181,7 +183,8 @@ def resource_name(group: str, resource: str) -> str:
 
 class KubeClusterObjects:
     """Lists what `gpupack report` judges (`CLUSTER_LISTS`: nodes, pods, PodDisruptionBudgets, DaemonSets and the
-    `Preempted` Events, all namespaces), paginated and raw, each item given its kind (list items carry none)."""
+    Events of `EVENT_REASONS`, all namespaces), paginated and raw, each item given its kind (list items carry
+    none)."""
 
     def __init__(self, api: client.ApiClient) -> None:
         core, policy, apps = client.CoreV1Api(api), client.PolicyV1Api(api), client.AppsV1Api(api)
@@ -190,9 +193,16 @@ class KubeClusterObjects:
             "Pod": core.list_pod_for_all_namespaces,
             "PodDisruptionBudget": policy.list_pod_disruption_budget_for_all_namespaces,
             "DaemonSet": apps.list_daemon_set_for_all_namespaces,
-            "Event": lambda **kw: core.list_event_for_all_namespaces(field_selector=PREEMPTED_EVENTS, **kw),
         }
-        self._calls = [(kind, resource_name(group, resource), calls[kind]) for kind, group, resource in CLUSTER_LISTS]
+        self._calls = [
+            (kind, resource_name(group, resource), calls[kind])
+            for kind, group, resource in CLUSTER_LISTS
+            if kind != "Event"
+        ]
+        self._calls += [
+            ("Event", "events", partial(core.list_event_for_all_namespaces, field_selector=f"reason={reason}"))
+            for reason in EVENT_REASONS
+        ]
 
     def read(self) -> list[dict[str, Any]]:
         """Every object of the five kinds. Raises `KubeCallFailed` naming the list that failed (`LIST

@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     cluster = parser.add_mutually_exclusive_group()
     cluster.add_argument(
-        "--kubeconfig", type=Path, help="read nodes, pods, PDBs, DaemonSets and Preempted Events with this kubeconfig"
+        "--kubeconfig",
+        type=Path,
+        help="read nodes, pods, PDBs, DaemonSets and the preemption and Karpenter Events with this kubeconfig",
     )
     cluster.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
     cluster.add_argument(

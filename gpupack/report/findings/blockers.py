@@ -1,4 +1,6 @@
-"""What keeps Cluster Autoscaler from removing an idle or underused GPU node, in CA's own reason names.
+"""What keeps the node autoscaler from removing an idle or underused GPU node, in its own reason names: Cluster
+Autoscaler's for the nodes it manages, Karpenter's for the nodes a NodePool owns (`karpenter`), as the policy's
+`autoscalers` name them.
 
 The rules are CA's drain rules (kubernetes/autoscaler `utils/drain`, `simulator`; docs/platform/cluster-autoscaler.md),
 pod by pod: mirror pods, DaemonSet pods, finished pods and pods below the expendable priority cutoff never block; a pod
@@ -13,7 +15,8 @@ annotated `safe-to-evict: "true"` never blocks; otherwise, in CA's order,
 
 and for the node, `ScaleDownDisabledAnnotation`. Two more the guide (docs/method.md) names: `no-requests` (a pod without
 CPU or memory requests: the autoscaler cannot judge the node), and DaemonSet pods with requests, which count toward the
-node's utilization unless CA runs with `--ignore-daemonsets-utilization`.
+node's utilization unless CA runs with `--ignore-daemonsets-utilization`. Each finding's evidence names the
+autoscaler whose rule it is.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from gpupack.core import contract
 from gpupack.core.objects import controller_of, is_daemonset_pod, labels_of, priority_of
 from gpupack.report.cluster import annotations_of, key, workload
 from gpupack.report.document import Finding
+from gpupack.report.findings import karpenter
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.findings.selectors import matches
 
@@ -117,59 +121,132 @@ def _requests_anything(pod: Mapping[str, Any]) -> bool:
     return any(isinstance(c, dict) and (c.get("resources") or {}).get("requests") for c in containers)
 
 
-def _finding(reason: str, node: str, util: float | None, pod: Mapping[str, Any] | None, severity: str) -> Finding:
+CLUSTER_AUTOSCALER = "cluster-autoscaler"
+
+
+def _finding(
+    reason: str,
+    node: str,
+    util: float | None,
+    pod: Mapping[str, Any] | None,
+    severity: str,
+    autoscaler: str = CLUSTER_AUTOSCALER,
+) -> Finding:
     return Finding(
         "scale-down-blocker",
         "info" if severity == "info" else "medium",
-        ACTIONS[reason],
+        ACTIONS.get(reason) or karpenter.ACTIONS[reason],
         node=node,
         pod=None if pod is None else key(pod),
         workload=None if pod is None else workload(pod),
-        evidence={"reason": reason, "node_util_mean": None if util is None else round(util, 1)},
+        evidence={
+            "reason": reason,
+            "autoscaler": autoscaler,
+            "node_util_mean": None if util is None else round(util, 1),
+        },
     )
 
 
-def findings(inputs: Inputs) -> list[Finding]:
-    """The blockers of every idle or underused node."""
+def _karpenter_findings(inputs: Inputs, name: str, node: Mapping[str, Any], util: float | None) -> list[Finding]:
+    """Karpenter's blockers of one node it manages, with its own last word on the node where Events hold one."""
     assert inputs.cluster is not None
+    now = inputs.usage.window.end
+    out = []
+    reason = karpenter.node_blocker(node)
+    if reason is not None:
+        out.append(_finding(reason, name, util, None, "medium", "karpenter"))
+    for pod in inputs.cluster.pods_on(name):
+        reason = karpenter.pod_blocker(inputs, pod, now)
+        if reason is not None:
+            out.append(_finding(reason, name, util, pod, "medium", "karpenter"))
+    said = karpenter.last_event(inputs.cluster.events, name)
+    if said is not None:
+        first = out[0] if out else _finding("KarpenterEvent", name, util, None, "medium", "karpenter")
+        noted = Finding(
+            first.kind,
+            first.severity,
+            first.action,
+            node=first.node,
+            pod=first.pod,
+            workload=first.workload,
+            evidence={**first.evidence, "karpenter_event": said},
+        )
+        out = [noted, *out[1:]]
+    return out
+
+
+def findings(inputs: Inputs) -> list[Finding]:
+    """The blockers of every idle or underused node, by the autoscaler that would remove it."""
+    assert inputs.cluster is not None
+    autoscalers = inputs.policy.autoscalers
     out: list[Finding] = []
     for name, node_class in inputs.classes.items():
         if node_class not in ("idle", "underused"):
             continue
         util = inputs.nodes[name].util_mean
         node = inputs.cluster.node_by_name.get(name)
-        if node is not None and annotations_of(node).get(SCALE_DOWN_DISABLED) == "true":
-            out.append(_finding("ScaleDownDisabledAnnotation", name, util, None, "medium"))
-        daemons = []
-        for pod in inputs.cluster.pods_on(name):
-            reason = pod_blocker(inputs, pod)
-            if reason is not None:
-                out.append(_finding(reason, name, util, pod, "medium"))
-            if is_daemonset_pod(pod):
-                if _requests_anything(pod):
-                    daemons.append(pod)
-            elif contract.ANNOTATION_MIRROR_POD not in annotations_of(pod) and _without_requests(pod):
-                finding = _finding("no-requests", name, util, pod, "medium")
-                out.append(
-                    Finding(
-                        finding.kind,
-                        finding.severity,
-                        finding.action,
-                        node=name,
-                        pod=finding.pod,
-                        workload=finding.workload,
-                        evidence={**finding.evidence, "containers": ", ".join(_without_requests(pod))},
-                    )
-                )
-        if daemons:
-            finding = _finding("DaemonSetUtilization", name, util, None, "info")
+        if node is not None and karpenter.manages(node):
+            if "karpenter" in autoscalers:
+                out += _karpenter_findings(inputs, name, node, util)
+        elif CLUSTER_AUTOSCALER in autoscalers:
+            out += _cluster_autoscaler_findings(inputs, name, node, util)
+        elif "karpenter" in autoscalers:
+            out.append(_finding("NotManagedByKarpenter", name, util, None, "medium", "karpenter"))
+        out += _unrequested(inputs, name, util)
+    return out
+
+
+def _unrequested(inputs: Inputs, name: str, util: float | None) -> list[Finding]:
+    """The guide's rule for every autoscaler: a pod without CPU or memory requests cannot be judged."""
+    assert inputs.cluster is not None
+    out = []
+    for pod in inputs.cluster.pods_on(name):
+        if is_daemonset_pod(pod) or contract.ANNOTATION_MIRROR_POD in annotations_of(pod):
+            continue
+        if _without_requests(pod):
+            finding = _finding("no-requests", name, util, pod, "medium")
             out.append(
                 Finding(
                     finding.kind,
-                    "info",
+                    finding.severity,
                     finding.action,
                     node=name,
-                    evidence={**finding.evidence, "daemonset_pods": ", ".join(sorted(key(p) for p in daemons))},
+                    pod=finding.pod,
+                    workload=finding.workload,
+                    evidence={
+                        "reason": "no-requests",
+                        "node_util_mean": finding.evidence["node_util_mean"],
+                        "containers": ", ".join(_without_requests(pod)),
+                    },
                 )
             )
+    return out
+
+
+def _cluster_autoscaler_findings(
+    inputs: Inputs, name: str, node: Mapping[str, Any] | None, util: float | None
+) -> list[Finding]:
+    """Cluster Autoscaler's blockers of one node."""
+    assert inputs.cluster is not None
+    out: list[Finding] = []
+    if node is not None and annotations_of(node).get(SCALE_DOWN_DISABLED) == "true":
+        out.append(_finding("ScaleDownDisabledAnnotation", name, util, None, "medium"))
+    daemons = []
+    for pod in inputs.cluster.pods_on(name):
+        reason = pod_blocker(inputs, pod)
+        if reason is not None:
+            out.append(_finding(reason, name, util, pod, "medium"))
+        if is_daemonset_pod(pod) and _requests_anything(pod):
+            daemons.append(pod)
+    if daemons:
+        finding = _finding("DaemonSetUtilization", name, util, None, "info")
+        out.append(
+            Finding(
+                finding.kind,
+                "info",
+                finding.action,
+                node=name,
+                evidence={**finding.evidence, "daemonset_pods": ", ".join(sorted(key(p) for p in daemons))},
+            )
+        )
     return out
