@@ -330,9 +330,33 @@ def test_the_policy_names_the_spot_labels(doc: str, labels: list[tuple[str, str]
 
 def test_without_well_known_spot_labels_only_the_clusters_own_taint_is_tolerated() -> None:
     after, _ = mutated(make_pod({W + "workload": "batch"}), "spot: {wellKnown: false, taints: []}")
-    assert "tolerations" not in after["spec"] or not [
-        t for t in after["spec"]["tolerations"] if t["key"] != "node.kubernetes.io/not-ready"
+    assert not [t for t in after["spec"].get("tolerations", []) if t.get("operator") == "Equal"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "doc", "keys"),
+    [
+        ({"workload": "inference", "gpu-memory": "5Gi"}, "", ["nvidia.com/gpu", "nvidia.com/mig-1g.5gb"]),
+        ({"workload": "batch"}, "", ["nvidia.com/gpu", "nvidia.com/gpu.shared"]),
+        ({"workload": "training"}, "", ["nvidia.com/gpu"]),
+        ({"workload": "training"}, "tolerateGpuTaints: false", []),
+    ],
+)
+def test_gpu_pods_tolerate_the_taints_of_pools_kept_for_gpu_pods(
+    labels: dict[str, str], doc: str, keys: list[str]
+) -> None:
+    # ExtendedResourceToleration ran before the webhook on a pod that asked for no GPU: gpupack adds what it would
+    # have for the GPU it gives, and GKE's nvidia.com/gpu key
+    after, _ = mutated(make_pod({W + k: v for k, v in labels.items()}), doc)
+    found = [t for t in after["spec"].get("tolerations", []) if t.get("effect") == "NoSchedule"]
+    assert [t for t in found if t.get("operator") == "Exists"] == [
+        {"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in keys
     ]
+
+
+def test_a_pod_that_tolerates_everything_gets_no_gpu_toleration() -> None:
+    after, _ = mutated(make_pod({W + "workload": "training"}, tolerations=[{"operator": "Exists"}]))
+    assert after["spec"]["tolerations"] == [{"operator": "Exists"}]
 
 
 # the node autoscalers' annotations -----------------------------------------------------------------------------

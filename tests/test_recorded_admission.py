@@ -55,6 +55,18 @@ WELL_KNOWN_TOLERATIONS = [
     }
     for key, value in (("kubernetes.azure.com/scalesetpriority", "spot"), ("cloud.google.com/gke-spot", "true"))
 ]
+
+
+def gpu_tolerations(resource: str | None = None) -> list[dict[str, Any]]:
+    """The tolerations of the GPU pools' taints: `nvidia.com/gpu`, and the pod's GPU resource as the
+    ExtendedResourceToleration plugin keys it (it ran before the webhook and never saw gpupack's request)."""
+    keys = ["nvidia.com/gpu"] + ([resource] if resource else [])
+    return [
+        {"op": "add", "path": "/spec/tolerations/-", "value": {"key": k, "operator": "Exists", "effect": "NoSchedule"}}
+        for k in keys
+    ]
+
+
 INFERENCE_PRIORITY = [
     {"op": "add", "path": "/spec/priorityClassName", "value": "gpu-inference-high"},
     {"op": "replace", "path": "/spec/priority", "value": 100000},
@@ -81,6 +93,7 @@ NEW_ANNOTATIONS = {
 EXPECTED: dict[str, list[dict[str, Any]] | None] = {
     # 8Gi on a cluster whose nodes advertise 1g.5gb, 2g.10gb, 3g.20gb: 2g.10gb, which the pod already asks for.
     "000-mutate-llm-infer-7b-abc12": [
+        *gpu_tolerations("nvidia.com/mig-2g.10gb"),
         AFFINITY_NO_SPOT,
         *INFERENCE_PRIORITY,
         ROUTED,
@@ -88,6 +101,7 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
         {"op": "add", "path": "/metadata/annotations/gpupack.io~1policy-version", "value": "test"},
     ],
     "001-mutate-bert-batch": [
+        *gpu_tolerations("nvidia.com/gpu.shared"),
         {"op": "add", "path": "/spec/containers/0/resources/requests/cpu", "value": "1"},
         {"op": "add", "path": "/spec/containers/0/resources/requests/memory", "value": "2Gi"},
         AFFINITY_SPOT,
@@ -106,6 +120,7 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
     # Already on spot with the toleration and its own requests; gpupack-training is not in the API: left out.
     # It tolerates the well-known spot taints too, and both autoscalers are told not to disrupt it.
     "002-mutate-ddp-worker-0": [
+        *gpu_tolerations(),
         *WELL_KNOWN_TOLERATIONS,
         {
             "op": "add",
@@ -119,8 +134,15 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
     ],
     "003-mutate-redis-cache-0": None,  # CPU-only, not opted in: admitted untouched
     # The pod names its own PriorityClass: kept, so priority fields are left alone.
-    "004-mutate-notebook-gpu": [*REQUESTS_INFERENCE, AFFINITY_NO_SPOT, ROUTED, NEW_ANNOTATIONS["inference"]],
+    "004-mutate-notebook-gpu": [
+        *gpu_tolerations("nvidia.com/mig-1g.5gb"),
+        *REQUESTS_INFERENCE,
+        AFFINITY_NO_SPOT,
+        ROUTED,
+        NEW_ANNOTATIONS["inference"],
+    ],
     "005-mutate-dry-run-infer": [
+        *gpu_tolerations("nvidia.com/mig-1g.5gb"),
         *REQUESTS_INFERENCE,
         AFFINITY_NO_SPOT,
         *INFERENCE_PRIORITY,
@@ -128,6 +150,7 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
         NEW_ANNOTATIONS["inference"],
     ],
     "006-mutate-embed-shared-1": [
+        *gpu_tolerations("nvidia.com/gpu.shared"),
         *REQUESTS_INFERENCE,
         AFFINITY_NO_SPOT,
         *INFERENCE_PRIORITY,

@@ -30,6 +30,7 @@ from gpupack.webhook.priority import apply_priority
 from gpupack.webhook.resources import apply_gpu, apply_requests, asks_for_gpu, gpu_container
 from gpupack.webhook.routing import route
 from gpupack.webhook.sizing import choose_gpu
+from gpupack.webhook.tolerations import tolerate_gpu_taints
 
 Outcome = Literal["mutated", "unchanged", "skipped", "denied", "audited"]
 ANNOTATIONS = ("metadata", "annotations")
@@ -119,7 +120,11 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
     request = read_request(pod, policy.default_class)
     cls = policy.classes.of(request.workload)
     target = gpu_container(pod, policy.time_slicing.resource_name)
-    apply_gpu(pod, builder, policy, target, choose_gpu(request, cls, policy, ctx.facts.advertised_resources), notes)
+    asked = apply_gpu(
+        pod, builder, policy, target, choose_gpu(request, cls, policy, ctx.facts.advertised_resources), notes
+    )
+    if policy.tolerate_gpu_taints:
+        tolerate_gpu_taints(pod, builder, asked, notes)
     apply_requests(pod, builder, policy, cls, notes)
     if stateful:
         place(pod, builder, policy, "forbid", "StatefulSet pods", notes)

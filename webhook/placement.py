@@ -91,7 +91,8 @@ def _selections(policy: Policy) -> list[dict[str, Any]]:
     return [{"key": k, "operator": "In", "values": v} for k, v in by_key(policy.spot.recognised).items()]
 
 
-def _tolerates(pod: Pod, toleration: dict[str, Any]) -> bool:
+def tolerates(pod: Pod, toleration: dict[str, Any]) -> bool:
+    """Whether one of the pod's tolerations already covers `toleration` (same key and value, or `Exists`)."""
     for t in pod.spec.tolerations or []:
         if (
             t.operator == "Exists"
@@ -121,7 +122,7 @@ def _add_tolerations(pod: Pod, builder: PatchBuilder, policy: Policy, notes: Not
     named, clouds = [], 0
     for key, value, effect in policy.spot.tolerated:
         toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
-        if not _tolerates(pod, toleration):
+        if not tolerates(pod, toleration):
             builder.append(("spec", "tolerations"), toleration)
             if (key, value, effect) in own:
                 named.append(f"{key}={value}")

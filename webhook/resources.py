@@ -81,8 +81,9 @@ def _container(pod: Pod, field: str, index: int) -> Container:
 
 def apply_gpu(
     pod: Pod, builder: PatchBuilder, policy: Policy, target: tuple[str, int], choice: GpuChoice, notes: Notes
-) -> None:
-    """Give the GPU container `choice` in requests and limits; a GPU the pod already names wins unless enforced."""
+) -> tuple[str, ...]:
+    """Give the GPU container `choice` in requests and limits; a GPU the pod already names wins unless enforced.
+    Returns the GPU resources the container asks for once patched."""
     field, index = target
     container = _container(pod, field, index)
     base: Path = ("spec", field, index, "resources")
@@ -91,11 +92,11 @@ def apply_gpu(
     said = f"{choice.resource}={choice.count}"
     if current:
         if current == wanted or _same_kind_without_count(current, choice):
-            return
+            return tuple(current)
         written = ", ".join(f"{k}={v}" for k, v in current.items())
         if not policy.enforces("gpu"):
             notes.add("conflict", f"kept the pod's {written}; policy gives {said} ({choice.reason})")
-            return
+            return tuple(current)
         for key in current:
             builder.remove((*base, "requests"), key)
             builder.remove((*base, "limits"), key)
@@ -105,6 +106,7 @@ def apply_gpu(
     notes.add("gpu", f"{container.name} gets {said}: {choice.reason}")
     for warning in choice.warnings:
         notes.add("advice", warning)
+    return (choice.resource,)
 
 
 def _request(container: Container, resource: str, default: str, enforced: bool) -> str | None:

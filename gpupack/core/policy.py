@@ -415,6 +415,11 @@ class Policy(_Model):
     smallest that holds its `gpupack.io/gpu-memory`: least memory, then fewest compute slices."""
     time_slicing: TimeSlicing = TimeSlicing()
     spot: SpotPolicy = SpotPolicy()
+    tolerate_gpu_taints: bool = True
+    """Tolerate, on every GPU pod, the taints GPU node pools carry for GPU pods only: `nvidia.com/gpu` (GKE's, and
+    many clusters'), and one keyed by the GPU resource the pod gets, as the ExtendedResourceToleration admission
+    plugin would (it runs before webhooks, so it never sees the resource gpupack writes). `NoSchedule`,
+    `Exists`."""
     autoscalers: list[Autoscaler] = Field(default=["cluster-autoscaler", "karpenter"], max_length=2)
     """The node autoscalers gpupack speaks to: the annotations that keep pods of `safeToEvict: false` classes from
     being disrupted are written for these (Cluster Autoscaler's `safe-to-evict`, Karpenter's `do-not-disrupt`),
