@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from gpupack.core.cluster import ClusterFacts, facts
 from gpupack.core.kube import ClusterFactsCache, KubeClusterReader, api_client
 from gpupack.core.telemetry import ClusterReadMetrics
 from gpupack.testing.apiserver import FakeApiServer, write_kubeconfig
@@ -28,13 +29,15 @@ async def fake_api(aiohttp_server: Any, tmp_path: Path) -> AsyncIterator[tuple[F
 async def test_failed_read_keeps_the_last_snapshot_and_counts_it(fake_api: tuple[FakeApiServer, Path]) -> None:
     fake, kubeconfig = fake_api
     registry = CollectorRegistry()
-    cache = ClusterFactsCache(KubeClusterReader(api_client(kubeconfig)), ClusterReadMetrics(registry))
+    api = api_client(kubeconfig)
+    cache = ClusterFactsCache(KubeClusterReader(api), ClusterReadMetrics(registry))
     assert await cache.refresh()
     before = cache.facts
     fake.failing = True
     assert not await cache.refresh()
     assert cache.facts is before
     assert registry.get_sample_value("gpupack_cluster_read_failures_total") == 1.0
+    api.close()
 
 
 # No API server at all: the webhook runs without API access.
@@ -42,3 +45,36 @@ async def test_without_api_access_facts_stay_unknown() -> None:
     cache = ClusterFactsCache(None)
     assert not await cache.refresh()
     assert cache.facts.priority_classes is None and cache.facts.advertised_resources is None
+
+
+class Snapshots:
+    """A `ClusterReader` that hands out snapshots in turn: the memory of advertised resources, not the reading,
+    is the subject (the reading runs against a real kube-apiserver in test_watch_real.py)."""
+
+    def __init__(self, *advertised: frozenset[str], every: float = 3600.0) -> None:
+        self.queue = [facts({}, a, 1_800_000_000.0 + i * every) for i, a in enumerate(advertised)]
+
+    def read(self) -> ClusterFacts:
+        return self.queue.pop(0)
+
+
+MIG = frozenset({"nvidia.com/mig-1g.5gb"})
+
+
+async def test_a_cluster_whose_nodes_never_advertised_a_gpu_resource_leaves_it_unknown() -> None:
+    # a new cluster whose GPU pools are at zero: the policy's MIG profiles stand, not "no profile offered"
+    cache = ClusterFactsCache(Snapshots(frozenset()))
+    assert await cache.refresh()
+    assert cache.facts.advertised_resources is None
+
+
+@pytest.mark.parametrize(("keep_hours", "after_two_hours"), [(24, MIG), (1, None)])
+async def test_resources_no_node_advertises_any_more_are_remembered_for_a_while(
+    keep_hours: float, after_two_hours: frozenset[str] | None
+) -> None:
+    cache = ClusterFactsCache(Snapshots(MIG, frozenset(), frozenset()), remember_seconds=lambda: keep_hours * 3600)
+    assert await cache.refresh() and cache.facts.advertised_resources == MIG
+    assert await cache.refresh()  # an hour later, the pool at zero
+    assert cache.facts.advertised_resources == MIG
+    assert await cache.refresh()  # two hours later
+    assert cache.facts.advertised_resources == after_two_hours

@@ -854,8 +854,10 @@ async def test_reader_lists_every_page_and_keeps_only_what_it_needs(cluster: Clu
     for item in json.loads(recorded_text(RECORDED / "nodes.json"))["items"]:
         plane.node(item["metadata"]["name"], item["status"]["allocatable"], item["metadata"].get("labels"))
     plane.node("recorded-cpu", {"cpu": "8", "memory": "32Gi", "nvidia.com/mig-7g.40gb": "0"})
-    cache = ClusterFactsCache(KubeClusterReader(api_client(cluster.webhook), page_size=1))  # a page per object
+    api = api_client(cluster.webhook)
+    cache = ClusterFactsCache(KubeClusterReader(api, page_size=1))  # a page per object
     assert await cache.refresh()
+    api.close()
     classes = cache.facts.priority_classes
     assert classes is not None
     assert classes["gpu-batch-low"] == PriorityClassInfo(-10, "Never")
@@ -878,7 +880,9 @@ async def test_cluster_facts_follow_the_api_after_changes(cluster: Cluster) -> N
     plane = cluster.plane
     priority_class(plane, "gpu-train-mid", 1000)
     gpu_node(plane, "facts-a30", {"nvidia.com/mig-2g.12gb": "8"})
-    cache = ClusterFactsCache(KubeClusterReader(api_client(cluster.webhook)))
+    # without the memory of resources gone (`cluster.rememberSeconds: 0`), the facts are exactly the API's
+    api = api_client(cluster.webhook)
+    cache = ClusterFactsCache(KubeClusterReader(api), remember_seconds=lambda: 0.0)
     assert await cache.refresh()
     assert cache.facts.priority_classes is not None and cache.facts.advertised_resources is not None
     assert cache.facts.priority_classes["gpu-train-mid"].value == 1000
@@ -890,6 +894,7 @@ async def test_cluster_facts_follow_the_api_after_changes(cluster: Cluster) -> N
     with pytest.raises(urllib.error.HTTPError) as refused:
         plane.request("PUT", path, {**current, "value": 2000})
     assert refused.value.code == 422
+    refused.value.close()  # the error holds the answer's socket
     delete(plane, path)
     priority_class(plane, "gpu-train-mid", 2000, "Never")
     gpu_node(plane, "facts-a100", {"nvidia.com/mig-4g.20gb": "2", "nvidia.com/mig-3g.20gb": "2"})
@@ -900,6 +905,23 @@ async def test_cluster_facts_follow_the_api_after_changes(cluster: Cluster) -> N
     assert "nvidia.com/mig-4g.20gb" in cache.facts.advertised_resources
     assert "nvidia.com/mig-2g.12gb" not in cache.facts.advertised_resources
     assert (cache.facts.priority_classes, cache.facts.advertised_resources) == api_facts(plane)
+    api.close()
+
+
+async def test_a_gpu_pool_scaled_to_zero_still_offers_what_its_nodes_advertised(cluster: Cluster) -> None:
+    # An autoscaler removes the last node of a pool when its pods are gone; the next pod must still be sized for
+    # that pool's MIG profiles, or it asks for a resource no node will ever have.
+    plane = cluster.plane
+    gpu_node(plane, "facts-pool-1", {"nvidia.com/mig-1g.12gb": "4"})
+    api = api_client(cluster.webhook)
+    cache = ClusterFactsCache(KubeClusterReader(api))
+    assert await cache.refresh()
+    delete(plane, "/api/v1/nodes/facts-pool-1")
+    assert await cache.refresh()
+    api.close()
+    assert cache.facts.advertised_resources is not None
+    assert "nvidia.com/mig-1g.12gb" in cache.facts.advertised_resources
+    assert "nvidia.com/mig-1g.12gb" not in (api_facts(plane)[1] or frozenset())
 
 
 # the webhook's Lease reader ---------------------------------------------------------------------------------------

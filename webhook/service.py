@@ -51,7 +51,9 @@ def build_app(
         api = api_client(config.kubeconfig, config.in_cluster)
         reader = reader or KubeClusterReader(api)
         lease_reader = lease_reader or KubeLeaseReader(api)
-    cluster = ClusterFactsCache(reader, ClusterReadMetrics(registry))
+    cluster = ClusterFactsCache(
+        reader, ClusterReadMetrics(registry), remember_seconds=lambda: store.policy.cluster.remember_seconds
+    )
     lease = LeaseCache(lease_reader, LeaseMetrics(registry))
     app = make_app(store, cluster, registry, config.settings, lease=lease)
 

@@ -30,7 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from gpupack.core import contract
-from gpupack.core.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts
+from gpupack.core.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts, remembered
 from gpupack.core.lease import LeaseUnreadable
 from gpupack.core.telemetry import ClusterReadMetrics
 
@@ -132,17 +132,32 @@ class KubeClusterReader:
 class ClusterFactsCache:
     """The last snapshot read, refreshed in the background; UNKNOWN until the first successful read."""
 
-    def __init__(self, reader: ClusterReader | None, metrics: ClusterReadMetrics | None = None) -> None:
+    def __init__(
+        self,
+        reader: ClusterReader | None,
+        metrics: ClusterReadMetrics | None = None,
+        remember_seconds: Callable[[], float] = lambda: 7 * 86400.0,
+    ) -> None:
         self.reader = reader
         self.facts: ClusterFacts = UNKNOWN
         self._metrics = metrics
+        self._remember_seconds = remember_seconds
+        self._seen: dict[str, float] = {}
+        """When each GPU resource was last advertised (`gpupack.core.cluster.remembered`)."""
 
     async def refresh(self) -> bool:
-        """Read once; on failure keep the last snapshot (the API's last word beats the policy's guess)."""
+        """Read once; on failure keep the last snapshot (the API's last word beats the policy's guess). The GPU
+        resources are those some node advertises now or did within `remember_seconds` (None while none ever
+        did: the policy's profiles stand)."""
         if self.reader is None:
             return False
         try:
-            self.facts = await asyncio.to_thread(self.reader.read)
+            read = await asyncio.to_thread(self.reader.read)
+            if read.advertised_resources is not None:
+                now = read.read_at or time.time()
+                self._seen = remembered(self._seen, read.advertised_resources, now, self._remember_seconds())
+                read = facts(read.priority_classes, frozenset(self._seen) or None, read.read_at)
+            self.facts = read
         except Exception as exc:
             log.warning("cannot read PriorityClasses and nodes from the API, keeping the last snapshot: %s", exc)
             if self._metrics is not None:

@@ -261,6 +261,10 @@ class ClusterFacts(_Model):
 
     refresh_seconds: float = Field(default=30.0, gt=0, le=3600)
     """Period of the background list of PriorityClasses and nodes."""
+    remember_seconds: float = Field(default=7 * 86400.0, ge=0, le=90 * 86400)
+    """How long a GPU resource a node advertised still counts as offered once no node advertises it: an autoscaler
+    removes a pool's last node when its pods are gone, and the next pod must still be sized for that pool. Until
+    some node has advertised one, the policy's `migProfiles` stand."""
 
 
 ScoringPolicy = Literal["gpupack", "spread", "binpack"]
