@@ -43,10 +43,13 @@ endef
 system-deps:
 	$(call apt_install,prometheus chromium etcd:etcd-server etcdctl:etcd-client)
 
-# kube-apiserver, kube-scheduler, kubectl and helm, built from the Go modules pinned in tools/ into a cache
-# outside the work tree (tools/build; the first build takes about 7 minutes on two cores, later ones reuse it).
+# kube-apiserver, kube-scheduler, kubectl and helm, and for the living cluster kube-controller-manager, kwok and
+# Karpenter's KWOK provider, built from the Go modules pinned in tools/ into a cache outside the work tree
+# (tools/build; the first build takes about 7 minutes on two cores, and up to 15 more for the living cluster's
+# tools; later ones reuse it). Karpenter builds with the Go toolchain its go.mod asks for, from the module proxy;
+# a tool that does not build stops make test.
 kube-tools:
-	@command -v go >/dev/null || { echo "make test needs Go 1.26 to build kube-apiserver, kube-scheduler, kubectl and helm (tools/build)" >&2; exit 1; }
+	@command -v go >/dev/null || { echo "make test needs Go 1.26 to build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, helm, kwok and Karpenter (tools/build)" >&2; exit 1; }
 	@tools/build >/dev/null
 
 bench-deps:

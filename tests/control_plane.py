@@ -1,5 +1,6 @@
 """A real Kubernetes control plane for the tests: etcd (Debian's `etcd-server`) and kube-apiserver, kube-scheduler
 and kubectl built from the pinned k8s.io/kubernetes module (`tools/build`), on free loopback ports.
+`tests/living_cluster.py` adds the rest of a cluster to one (kube-controller-manager, kwok, Karpenter).
 
 The API server runs with RBAC, service-account token signing and the admission plugins a cluster runs
 (`MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`, `Priority` among the defaults). There is no kubelet and
@@ -47,12 +48,22 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 @dataclass(frozen=True)
 class Tools:
-    """Where the upstream binaries are (`tools/build` prints them)."""
+    """Where the upstream binaries are (`tools/build` prints them).
+
+    The living cluster's (`tests/living_cluster.py`) are None when `tools/build` could not build them (it builds
+    the others regardless); `files` are the other files it prints by name: Karpenter's CRDs (`karpenter-crd-...`)
+    and kwok's Stages (`kwok-stage-...`), copied from the module cache."""
 
     kube_apiserver: Path
     kube_scheduler: Path
     kubectl: Path
     helm: Path
+    kube_controller_manager: Path | None = None
+    kwok: Path | None = None
+    karpenter_kwok: Path | None = None
+    files: Mapping[str, Path] = field(default_factory=dict, hash=False)
+    build_log: str = field(default="", compare=False)
+    """What `tools/build` said on stderr: why a living-cluster tool is missing."""
 
 
 @cache
@@ -61,8 +72,20 @@ def tools() -> Tools:
     done = subprocess.run([str(ROOT / "tools" / "build")], capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"tools/build failed:\n{done.stderr[-4000:]}")
-    found = dict(line.split("=", 1) for line in done.stdout.split())
-    return Tools(*(Path(found[name]) for name in ("kube-apiserver", "kube-scheduler", "kubectl", "helm")))
+    found = {name: Path(path) for name, path in (line.split("=", 1) for line in done.stdout.split())}
+    core = ("kube-apiserver", "kube-scheduler", "kubectl", "helm")
+    living = ("kube-controller-manager", "kwok", "karpenter-kwok")
+    return Tools(
+        kube_apiserver=found["kube-apiserver"],
+        kube_scheduler=found["kube-scheduler"],
+        kubectl=found["kubectl"],
+        helm=found["helm"],
+        kube_controller_manager=found.get("kube-controller-manager"),
+        kwok=found.get("kwok"),
+        karpenter_kwok=found.get("karpenter-kwok"),
+        files={name: path for name, path in found.items() if name not in core + living},
+        build_log=done.stderr,
+    )
 
 
 # certificates -----------------------------------------------------------------------------------------------------
@@ -228,9 +251,18 @@ class ControlPlane:
         crt, key = self.ca.issue("kube-apiserver", dns=["localhost", "kubernetes.default.svc"], ips=["127.0.0.1"])
         (pki / "apiserver.crt").write_bytes(crt)
         (pki / "apiserver.key").write_bytes(key)
+        (pki / "ca.key").write_bytes(_pem_key(self.ca.key))
         service_accounts = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         (pki / "sa.key").write_bytes(_pem_key(service_accounts))
         self.pki = pki
+        self.ca_cert = pki / "ca.crt"
+        """The cluster CA's certificate (clients verify the API server with it; kube-controller-manager publishes it
+        as each namespace's `kube-root-ca.crt`)."""
+        self.ca_key = pki / "ca.key"
+        """The CA's key: kube-controller-manager's CSR signer signs with it (`--cluster-signing-key-file`)."""
+        self.service_account_key = pki / "sa.key"
+        """The key the API server signs service-account tokens with and verifies them by; kube-controller-manager's
+        token controller signs with it too (`--service-account-private-key-file`)."""
         self.admin_kubeconfig = self.client_kubeconfig("admin", ["system:masters"])
         etcd_port, peer_port = free_port(), free_port()
         self.etcd = Process(
@@ -371,6 +403,7 @@ class ControlPlane:
             return self.request("GET", path)
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
+                exc.close()  # it holds the answer's socket
                 return None
             raise
 
@@ -514,7 +547,7 @@ def scheduler_config(source: Mapping[str, Any], kubeconfig: Path, extender_port:
     """A shipped KubeSchedulerConfiguration as it runs here: the same document with the client connection
     pointed at the test API server (in a pod it is the in-cluster service account) and, when given, the extender's
     port (in a pod the sidecar owns 8888 on the pod's loopback; here the machine's loopback is shared)."""
-    config = json.loads(json.dumps(source))
+    config: dict[str, Any] = json.loads(json.dumps(source))
     config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     if extender_port is not None:
         for extender in config.get("extenders", []):
