@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.control_plane import ControlPlane
+from gpupack.testing.control_plane import ControlPlane
 
 POLICY = {
     "apiVersion": "audit.k8s.io/v1",

@@ -165,7 +165,7 @@ async def served_serial(port: int, ca_file: Path) -> int:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The built upstream tools (`tools/build`: kube-apiserver, kube-scheduler, kubectl, helm) come first on PATH,
     so every test that runs `kubectl` or `helm` runs the pinned version."""
-    from tests.control_plane import tools
+    from gpupack.testing.control_plane import tools
 
     found = tools()
     os.environ["PATH"] = os.pathsep.join(
@@ -181,7 +181,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()  # type: ignore[attr-defined]
     if not report.failed:
         return
-    from tests.control_plane import ControlPlane
+    from gpupack.testing.control_plane import ControlPlane
 
     for value in getattr(item, "funcargs", {}).values():
         planes = [v for v in (value, *(value if isinstance(value, tuple) else ()), getattr(value, "plane", None))]

@@ -27,8 +27,8 @@ from gpupack.core.gpus.geometry import counts_of, instances
 from gpupack.core.gpus.stock import STOCK
 from gpupack.core.kube import RawListWatch, RawWatch, ResourceExpired, api_client
 from gpupack.core.objects import GFD_MIG_CAPABLE, MIG_CONFIG, MIG_CONFIG_STATE
+from gpupack.testing.control_plane import ROOT, ControlPlane
 from tests.audit_log import AuditLog, Request, audited_plane, service_account_user
-from tests.control_plane import ROOT, ControlPlane
 
 CONFIG = MIG_CONFIG
 STATE = MIG_CONFIG_STATE

@@ -2,7 +2,7 @@
 certificate rotated under load, an expired one kept out, and one that expires in use refused by the API server.
 
 The manifests are applied the README's way (kustomize) and the webhook's pod runs as a process with its mounted
-Secret, its ServiceAccount's token and its Service's endpoint (tests/deployed.py)."""
+Secret, its ServiceAccount's token and its Service's endpoint (`gpupack.testing.deployed`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.control_plane import ControlPlane, wait_until
-from tests.deployed import Deployment
+from gpupack.testing.control_plane import ControlPlane, wait_until
+from gpupack.testing.deployed import Deployment
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpupack.testing.control_plane import ControlPlane, forbidden_lines, wait_until
+from gpupack.testing.deployed import Deployment
 from tests.audit_log import audit_of, audited_plane, refusals
-from tests.control_plane import ControlPlane, forbidden_lines, wait_until
-from tests.deployed import Deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "gpupack-system"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpupack.testing.control_plane import ControlPlane, scheduler_config, wait_until
+from gpupack.testing.deployed import Deployment
 from tests.audit_log import audited_plane
 from tests.chart_kit import CHART
-from tests.control_plane import ControlPlane, scheduler_config, wait_until
-from tests.deployed import Deployment
 from tests.test_deploy_real import (
     NS,
     default_scheduler,

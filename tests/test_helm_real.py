@@ -1,5 +1,6 @@
 """The chart on a real control plane, the README's Helm way: `helm install`, the webhook and the gpupack scheduler
-run from the release's own manifest (tests/deployed.py), labelled pods mutated, routed and packed; `helm upgrade`
+run from the release's own manifest (`gpupack.testing.deployed`), labelled pods mutated, routed and packed;
+`helm upgrade`
 of the policy reaching the running webhook while pods are created, none refused; `helm uninstall` removing the
 webhook's registration before its Service, so no pod creation fails while it runs, and leaving nothing of the
 release behind. The kustomize way is test_deploy_real.py, whose steps this shares."""
@@ -17,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gpupack.testing.control_plane import ControlPlane, iter_documents, wait_until
+from gpupack.testing.deployed import Deployment
 from tests.audit_log import audited_plane
 from tests.chart_kit import CHART
-from tests.control_plane import ControlPlane, iter_documents, wait_until
-from tests.deployed import Deployment
 from tests.test_deploy_real import (
     NS,
     gpu_cluster,

@@ -1,5 +1,5 @@
-"""gpupack deployed as shipped on a living cluster (tests/living_cluster.py): Karpenter buys GPU nodes for the pods
-gpupack sizes, the extender packs them, Jobs run and finish, consolidation moves Deployment pods, and Karpenter
+"""gpupack deployed as shipped on a living cluster (`gpupack.testing.living_cluster`): Karpenter buys GPU nodes for
+the pods gpupack sizes, the extender packs them, Jobs run and finish, consolidation moves Deployment pods, and Karpenter
 removes the nodes packing emptied. Developers' workloads carry gpupack's labels only: no GPU request, no
 toleration, no affinity, no scheduler.
 
@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-from tests.control_plane import ControlPlane, forbidden_lines, wait_until
-from tests.deployed import Deployment, install_kustomize
-from tests.living_cluster import NODEPOOL, PLANE_ARGS, RUN_FOR, LivingCluster, missing_tools
+from gpupack.testing.control_plane import ControlPlane, forbidden_lines, wait_until
+from gpupack.testing.deployed import Deployment, install_kustomize
+from gpupack.testing.living_cluster import NODEPOOL, PLANE_ARGS, RUN_FOR, LivingCluster, missing_tools
 
 pytestmark = pytest.mark.timeout(600)
 CAPACITY = "karpenter.sh/capacity-type"
@@ -166,23 +166,28 @@ class Story:
     cluster: LivingCluster
     watch: Watch
     found: dict[str, Any] = field(default_factory=dict)
-    errors: list[BaseException] = field(default_factory=list)
+    errors: dict[str, BaseException] = field(default_factory=dict)
+    """What stopped each scenario (`serving`, `training`) short, if anything."""
 
     def create(self, obj: dict[str, Any]) -> None:
         self.cluster.plane.apply([obj])
 
     def succeeded(self, name: str, completions: int = 1, timeout: float = 240) -> None:
-        wait_until(
-            lambda: (
-                (self.cluster.plane.get(f"/apis/batch/v1/namespaces/ml/jobs/{name}") or {})
-                .get("status", {})
-                .get("succeeded", 0)
-                >= completions
-            ),
+        """Once the Job has `completions` succeeded pods; AssertionError naming it when it failed instead."""
+
+        def status() -> dict[str, Any]:
+            found: dict[str, Any] = (self.cluster.plane.get(f"/apis/batch/v1/namespaces/ml/jobs/{name}") or {}).get(
+                "status", {}
+            )
+            return found
+
+        ended = wait_until(
+            lambda: (s := status()).get("succeeded", 0) >= completions or s.get("failed", 0) > 0,
             timeout,
-            f"Job {name} complete",
+            f"Job {name} ended",
             every=0.5,
         )
+        assert ended and not status().get("failed"), f"Job {name} failed: {status()}"
 
     def node_of(self, prefix: str, timeout: float = 120) -> str:
         """The node the first pod named `prefix...` is bound to."""
@@ -266,7 +271,8 @@ class Story:
         self.succeeded("short")
         self.create(job("small", {**checkpointing, "gpus": "2"}, "40s"))
         self.found["packing"] = (long_node, short_node, self.node_of("small-"))
-        self.found["short_node_gone"] = self.gone(short_node) is not None
+        self.gone(short_node)
+        self.found["short_node_gone"] = True
         # The long Job's node is full: the training Job that does not checkpoint gets a third node. Once `small`
         # ends, it would fit next to `long`.
         self.create(job("plain", {"workload": "training", "gpus": "2"}, "70s"))
@@ -280,17 +286,20 @@ class Story:
         self.succeeded("long")
 
     def run(self) -> None:
-        threads = [threading.Thread(target=self._guarded, args=(part,)) for part in (self.serving, self.training)]
+        threads = [
+            threading.Thread(target=self._guarded, args=(name, part))
+            for name, part in (("serving", self.serving), ("training", self.training))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(540)
 
-    def _guarded(self, part: Callable[[], None]) -> None:
+    def _guarded(self, name: str, part: Callable[[], None]) -> None:
         try:
             part()
         except BaseException as exc:  # reported by the tests that need what it did not find
-            self.errors.append(exc)
+            self.errors[name] = exc
 
 
 @pytest.fixture(scope="module")
@@ -331,15 +340,17 @@ def run_gpupack(plane: ControlPlane, deployed: Deployment) -> None:
     wait_until(lambda: (plane.get(path) or {}).get("spec", {}).get("holderIdentity"), 60, "the leader")
 
 
-def no_errors(story: Story) -> None:
-    assert not story.errors, story.errors
+def completed(story: Story, *parts: str) -> None:
+    """The scenarios a test reads ran to their end."""
+    stopped = {name: story.errors[name] for name in parts if name in story.errors}
+    assert not stopped, stopped
 
 
 # the tests -----------------------------------------------------------------------------------------------------------
 
 
 def test_every_labelled_pod_went_through_gpupack_and_every_job_completed(story: Story) -> None:
-    no_errors(story)
+    completed(story, "serving", "training")
     for name, seen in story.watch.pods.items():
         assert seen.scheduler == "gpupack-scheduler", name
         assert seen.annotations.get(W + "class") in ("inference", "training", "batch"), name
@@ -354,7 +365,7 @@ def test_every_labelled_pod_went_through_gpupack_and_every_job_completed(story: 
 
 
 def test_karpenter_bought_a_node_of_each_model_the_pods_were_sized_for(story: Story) -> None:
-    no_errors(story)
+    completed(story, "serving", "training")
     pools = {seen.node and story.watch.nodes.get(seen.node, {}).get("pool") for seen in story.watch.pods.values()}
     assert {"a100", "h100", "t4"} <= pools
     assert len(story.found["chat_nodes_first"]) == 1  # 12 MIG slices packed on one 16-slice A100
@@ -363,43 +374,47 @@ def test_karpenter_bought_a_node_of_each_model_the_pods_were_sized_for(story: St
 def test_the_extender_packs_the_new_job_next_to_the_running_one_and_karpenter_removes_the_emptied_node(
     story: Story,
 ) -> None:
-    no_errors(story)
+    assert "packing" in story.found, story.errors
     long_node, short_node, small_node = story.found["packing"]
     assert long_node != short_node
     # kube-scheduler alone scores the emptied node highest (LeastAllocated); the extender keeps it empty
     assert small_node == long_node
-    assert story.found["short_node_gone"]
+    assert story.found.get("short_node_gone"), story.errors
 
 
 def test_no_training_pod_that_does_not_checkpoint_is_ever_disrupted(story: Story) -> None:
-    no_errors(story)
-    long_node, plain_node, small_done, plain_done, removed = story.found["plain"]
-    assert plain_node != long_node
     plain = story.watch.of("plain-")
-    assert len(plain) == 1 and all(s.phase == "Succeeded" and s.disrupted is None for s in plain.values()), plain
+    assert plain, story.errors
+    disrupted = {
+        name: (seen.disrupted, seen.node)
+        for name, seen in story.watch.pods.items()
+        if seen.labels.get(W + "workload") == "training"
+        and seen.labels.get(W + "checkpoint") != "true"
+        and seen.disrupted is not None
+    }
+    assert not disrupted, f"training pods that do not checkpoint were disrupted: {disrupted}"
     assert next(iter(plain.values())).annotations.get("karpenter.sh/do-not-disrupt") == "true"
+    completed(story, "training")
+    long_node, plain_node, small_done, plain_done, removed = story.found["plain"]
+    assert plain_node != long_node and len(plain) == 1
     # its node could have gone once `small` ended (its pod fitted next to `long`); it went only after the Job
     assert removed > plain_done > small_done
-    for seen in story.watch.pods.values():
-        if seen.labels.get(W + "workload") == "training" and seen.labels.get(W + "checkpoint") != "true":
-            assert seen.disrupted is None
 
 
 def test_no_inference_pod_ever_runs_on_spot(story: Story) -> None:
-    no_errors(story)
     assert story.watch.spot_inference == []
     batch = [s for s in story.watch.pods.values() if s.labels.get(W + "workload") == "batch"]
     assert batch and all(story.watch.nodes[s.node]["capacity"] == "spot" for s in batch if s.node)
 
 
 def test_a_deployment_keeps_its_disruption_budget_through_consolidation(story: Story) -> None:
-    no_errors(story)
+    completed(story, "serving")
     assert len(story.found["chat_nodes_grown"]) == 2 and len(story.found["chat_nodes_last"]) == 1
     assert story.watch.chat_ready_min is not None and story.watch.chat_ready_min >= CHAT_MIN
 
 
 def test_evicted_pods_are_recreated_by_their_controllers_and_scheduled_through_gpupack_again(story: Story) -> None:
-    no_errors(story)
+    completed(story, "serving")
     evicted, before, after = story.found["evicted"], story.found["chat_before"], story.found["chat_after"]
     assert evicted, "consolidation evicted no chat pod"
     assert not evicted & set(after)  # gone, all of them

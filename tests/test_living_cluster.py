@@ -1,6 +1,6 @@
-"""The living cluster's own smoke tests (tests/living_cluster.py): Karpenter buys a node of the right GPU model for
-pending pods, the default kube-scheduler binds them, kwok runs and ends them, kube-controller-manager's controllers
-keep the workloads alive, and Karpenter removes the node a finished Job emptied.
+"""The living cluster's own smoke tests (`gpupack.testing.living_cluster`): Karpenter buys a node of the right GPU
+model for pending pods, the default kube-scheduler binds them, kwok runs and ends them, kube-controller-manager's
+controllers keep the workloads alive, and Karpenter removes the node a finished Job emptied.
 
 One cluster for the module; each test has its namespace and its NodePool's nodes (A100, H100, T4), so none waits
 for another's. The first tests need no cluster: the fixture files agree with gpupack's GPU catalog.
@@ -18,8 +18,8 @@ import pytest
 
 from gpupack.core.gpus.catalog import MODELS
 from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, GFD_SHARING_STRATEGY
-from tests.control_plane import ControlPlane, forbidden_lines, iter_documents, wait_until
-from tests.living_cluster import (
+from gpupack.testing.control_plane import ControlPlane, forbidden_lines, iter_documents, wait_until
+from gpupack.testing.living_cluster import (
     FIXTURES,
     GPU_TAINT,
     NODEPOOL,

@@ -26,8 +26,8 @@ from gpupack.core.admitted import admitted_pod
 from gpupack.core.kube import KubeNodeOps, api_client
 from gpupack.migplan.apply import ApplyMetrics, ApplyReport, apply_plan, write_metrics
 from gpupack.migplan.apply_steps import ANNOTATION, ApplyOptions, Relabel
+from gpupack.testing.control_plane import env_without_proxy, forbidden_lines
 from tests.audit_log import refusals, service_account_user, subject_can, verbs
-from tests.control_plane import env_without_proxy, forbidden_lines
 from tests.mig_manager_real import (
     CONFIG,
     LAYOUTS_CONFIG_MAP,

@@ -18,7 +18,7 @@ import yaml
 
 from gpupack.extender.app import ExtenderSettings, make_app
 from gpupack.extender.wire import ArgsError, parse_preemption_args
-from tests.control_plane import ControlPlane, Kubelet, wait_until
+from gpupack.testing.control_plane import ControlPlane, Kubelet, wait_until
 from tests.extender_kit import extender_for, registry
 
 pytestmark = pytest.mark.timeout(600)

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from gpupack.testing.control_plane import ControlPlane, Kubelet, forbidden_lines, wait_until
 from gpupack.testing.dcgm import Gpu, MigGpu, MigInstance, Node, exposition
+from gpupack.testing.deployed import Deployment, install_kustomize
 from gpupack.testing.history import PROMETHEUS, PrometheusServer
-from tests.control_plane import ControlPlane, Kubelet, forbidden_lines, wait_until
-from tests.deployed import Deployment, install_kustomize
 
 pytestmark = pytest.mark.timeout(600)
 NS = "ml"

@@ -24,10 +24,10 @@ import yaml
 
 from gpupack.core.kube import CLUSTER_LISTS, resource_name
 from gpupack.report.promql import PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS
+from gpupack.testing.control_plane import ROOT, ControlPlane, Kubelet, env_without_proxy, wait_until
 from gpupack.testing.net import free_port
 from gpupack.testing.scheduler import VICTIM_BUCKETS
 from tests.audit_log import AuditLog, audited_plane, refusals, service_account_user, verbs
-from tests.control_plane import ROOT, ControlPlane, Kubelet, env_without_proxy, wait_until
 from tests.test_report_cli import write_log
 
 pytestmark = pytest.mark.timeout(600)

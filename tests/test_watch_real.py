@@ -1,5 +1,5 @@
 """The extender's watch cache and the webhook's PriorityClass, node and Lease readers against a real kube-apiserver
-(tests/control_plane.py), built as the services build them (`gpupack.core.kube` and the kubernetes client, a
+(`gpupack.testing.control_plane`), built as the services build them (`gpupack.core.kube` and the kubernetes client, a
 kubeconfig) and authenticated with their ServiceAccounts' tokens under the shipped RBAC, so a missing verb fails.
 
 What the real API server shows here: pagination with its continue tokens, watch events and bookmarks, a dropped
@@ -50,8 +50,8 @@ from gpupack.demo.cluster import leader_lease
 from gpupack.extender.informer import Backoff, Informer
 from gpupack.extender.service import ExtenderConfig, build_app, load_lists
 from gpupack.extender.state import ClusterState
+from gpupack.testing.control_plane import ControlPlane, wait_until
 from tests.conftest import RECORDED, recorded_text
-from tests.control_plane import ControlPlane, wait_until
 from tests.extender_kit import gpu_pod, policy
 
 pytestmark = pytest.mark.timeout(600)

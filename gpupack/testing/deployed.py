@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
+from gpupack.testing.control_plane import ROOT, ControlPlane, Process, host_address, scheduler_config
 from gpupack.testing.net import free_port
-from tests.control_plane import ROOT, ControlPlane, Process, host_address, scheduler_config
 
 GPUPACK = [sys.executable, "-m", "gpupack"]
 """The image's entry point (`ENTRYPOINT ["gpupack"]`), from this checkout."""

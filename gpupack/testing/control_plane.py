@@ -1,6 +1,6 @@
 """A real Kubernetes control plane for the tests: etcd (Debian's `etcd-server`) and kube-apiserver, kube-scheduler
 and kubectl built from the pinned k8s.io/kubernetes module (`tools/build`), on free loopback ports.
-`tests/living_cluster.py` adds the rest of a cluster to one (kube-controller-manager, kwok, Karpenter).
+`gpupack/testing/living_cluster.py` adds the rest of a cluster to one (kube-controller-manager, kwok, Karpenter).
 
 The API server runs with RBAC, service-account token signing and the admission plugins a cluster runs
 (`MutatingAdmissionWebhook`, `ValidatingAdmissionWebhook`, `Priority` among the defaults). There is no kubelet and
@@ -40,9 +40,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gpupack.core.checkout import REPOSITORY
 from gpupack.testing.net import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
@@ -50,7 +51,7 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 class Tools:
     """Where the upstream binaries are (`tools/build` prints them).
 
-    The living cluster's (`tests/living_cluster.py`) are None when `tools/build` could not build them (it builds
+    The living cluster's (`gpupack.testing.living_cluster`) are None when `tools/build` could not build them (it builds
     the others regardless); `files` are the other files it prints by name: Karpenter's CRDs (`karpenter-crd-...`)
     and kwok's Stages (`kwok-stage-...`), copied from the module cache."""
 

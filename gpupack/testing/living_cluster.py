@@ -10,13 +10,13 @@
 - kube-scheduler with the default profile (`default-scheduler`), for the pods no other scheduler takes.
 - kwok, the kubelets of Karpenter's nodes only (those with the annotation `kwok.x-k8s.io/node=fake`): it makes them
   Ready and renews their leases, runs the pods bound to them, removes the pods being deleted, and ends a pod that
-  says how long it runs (`RUN_FOR`, a Stage of ours: fixtures/living-cluster/stage-pod-run-for.yaml).
+  says how long it runs (`RUN_FOR`, a Stage of ours: living-cluster/stage-pod-run-for.yaml).
 - Karpenter's KWOK provider, out of cluster: it buys a node (a Node object) for pods kube-scheduler could not
-  place, from one NodePool per GPU model (A100 MIG, H100, T4 time-sliced; fixtures/living-cluster/), and removes
+  place, from one NodePool per GPU model (A100 MIG, H100, T4 time-sliced; living-cluster/), and removes
   the nodes consolidation finds empty or underused.
 
 Every process logs into the plane's folder (`karpenter.log` at debug level: its disruption decisions), and the
-plane stops them all. fixtures/living-cluster/README.md says where each fact came from; the build is `tools/build`.
+plane stops them all. living-cluster/README.md says where each fact came from; the build is `tools/build`.
 """
 
 from __future__ import annotations
@@ -30,14 +30,22 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpupack.testing.control_plane import (
+    ControlPlane,
+    Process,
+    env_without_proxy,
+    iter_documents,
+    tools,
+    wait_until,
+)
 from gpupack.testing.net import free_port
-from tests.control_plane import ROOT, ControlPlane, Process, env_without_proxy, iter_documents, tools, wait_until
 
-FIXTURES = ROOT / "tests" / "fixtures" / "living-cluster"
+FIXTURES = Path(__file__).resolve().parent / "living-cluster"
 RUN_FOR = "gpupack.test/run-for"
 """Pod annotation: how long the pod runs once started, a Go duration (`"90s"`, `"2m"`); then kwok ends it
 Succeeded. Only for pods a kubelet leaves finished (restartPolicy Never or OnFailure: bare pods, Jobs)."""
@@ -46,7 +54,7 @@ KWOK_NODE = "kwok.x-k8s.io/node"
 NODEPOOL = "karpenter.sh/nodepool"
 """The label Karpenter puts on its nodes and NodeClaims: the NodePool's name."""
 GPU_TAINT = {"key": "nvidia.com/gpu", "effect": "NoSchedule"}
-"""The taint of every GPU NodePool (fixtures/living-cluster/nodepools.yaml): a pod without a GPU makes Karpenter
+"""The taint of every GPU NodePool (living-cluster/nodepools.yaml): a pod without a GPU makes Karpenter
 buy no GPU node."""
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 IMAGE = "registry.example/job:1"
