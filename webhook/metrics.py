@@ -31,8 +31,8 @@ class WebhookMetrics:
         )
         self.mutations = Counter(
             "gpupack_webhook_mutations_total",
-            "Changes made (or, in audit mode, that would be made) by kind: gpu, requests, spot, priority, autoscaler, "
-            "scheduler.",
+            "Pods changed (or, in audit mode, that would be changed), counted once per kind: gpu, requests, spot, "
+            "priority, autoscaler, scheduler.",
             ["kind", "mode"],
             registry=registry,
         )

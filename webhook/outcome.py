@@ -42,8 +42,12 @@ class Notes:
         self.items.append(Note(kind, text))
 
     def kinds(self) -> list[ChangeKind]:
-        """The kinds of the changes (conflicts and advice excluded), for the mutation counter."""
-        return [n.kind for n in self.items if n.kind not in ("conflict", "advice")]
+        """The distinct kinds of the changes (conflicts and advice excluded), for the mutation counter.
+
+        Distinct, so the counter counts pods changed per kind: a GPU request and the toleration it brings, or a
+        spot term per recognised label, are one pod's GPU or spot change, not two.
+        """
+        return list(dict.fromkeys(n.kind for n in self.items if n.kind not in ("conflict", "advice")))
 
     def warnings(self, prefix: str) -> list[str]:
         """One warning per note, prefixed (`gpupack:` or `gpupack audit, would:`) and clipped."""
