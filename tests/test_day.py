@@ -129,6 +129,13 @@ def small_results(small: Scenario) -> dict[str, Any]:
             {"batch": [{"name": "b", "arrivalsPerHour": 1, "durationMinutes": {"mean": 5}, "gpupackLabels": "no"}]},
             "batch.0.gpupackLabels: Input should be a valid boolean",
         ),
+        ({"autoscaling": {"provisionMinutes": -1}}, "autoscaling.provisionMinutes: Input should be greater than"),
+        ({"autoscaling": {"provisionMinute": 5}}, "autoscaling.provisionMinute: Extra inputs are not permitted"),
+        ({"nodes": [{"name": "a", "count": 1, "gpu": "t4", "pricePerHour": -2}]}, "nodes.0.pricePerHour"),
+        (
+            {"inference": [{"name": "x", "peakReplicas": 1, "troughReplicas": 1, "gpu": "v100"}]},
+            "inference.0.gpu: Input should be",
+        ),
     ],
 )
 def test_scenario_errors_name_the_field(change: dict[str, Any], message: str) -> None:
@@ -236,6 +243,70 @@ def test_jobs_leave_after_their_duration() -> None:
     finished = sum(1 for a in arrivals if a.step + 5 <= 60)
     started = sum(1 for a in arrivals if a.step < 60)
     assert finished * 5 <= sum(result.gpus_in_use) <= started * 5
+
+
+# autoscaling: nodes come and go --------------------------------------------------------------------------------
+def autoscaled(**changes: Any) -> Scenario:
+    """`tiny` with no node until a pod needs one: made 5 minutes after, removed after 10 minutes empty."""
+    return tiny(autoscaling={"provisionMinutes": 5}, **changes)
+
+
+def test_autoscaled_nodes_come_when_pods_need_them_and_count_only_while_they_exist() -> None:
+    # 3 tolerant replicas from step 0, no node: one T4 node is made, there from step 5; each replica waits 5 minutes
+    result = run_day(autoscaled(nodes=[{"name": "t4", "count": 2, "gpu": "t4", "pricePerHour": 1.2}]), "gpupack")
+    summary = result.summary()
+    assert result.present_nodes == (0,) * 5 + (1,) * 55
+    assert summary["node_hours"] == pytest.approx(55 / 60, abs=0.01) and summary["nodes_peak"] == 1
+    assert summary["cost"] == pytest.approx(1.2 * 55 / 60, abs=0.01)
+    assert summary["pending_pod_minutes"] == 15
+
+
+def test_an_autoscaled_node_goes_after_it_is_empty_for_empty_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # replicas gone at minute 30: the node, empty from then, goes at minute 40 (emptyMinutes 10)
+    monkeypatch.setattr(
+        "gpupack.simulator.day.simulate.replicas_at", lambda workload, hour, scale: 3 if hour < 0.5 else 0
+    )
+    result = run_day(autoscaled(), "gpupack")
+    assert result.present_nodes == (0,) * 5 + (1,) * 35 + (0,) * 20
+
+
+def test_the_autoscaler_makes_the_cheapest_node_that_takes_the_pod() -> None:
+    groups = [
+        {"name": "t4-dear", "count": 2, "gpu": "t4", "pricePerHour": 4.0},
+        {"name": "t4-cheap", "count": 2, "gpu": "t4", "pricePerHour": 1.0},
+    ]
+    result = run_day(autoscaled(nodes=groups), "gpupack")
+    assert result.present_cost[-1] == 1.0 and result.present_nodes[-1] == 1
+
+
+def test_a_team_pinning_its_model_gets_a_node_of_that_model_though_another_is_cheaper() -> None:
+    groups = [
+        {"name": "t4", "count": 2, "gpu": "t4", "pricePerHour": 5.0},
+        {"name": "h100", "count": 1, "gpu": "h100", "pricePerHour": 1.0},  # cheaper, to show the pin decides
+    ]
+    chat = [{"name": "chat", "peakReplicas": 2, "troughReplicas": 2, "gpu": "t4", "latency": "tolerant"}]
+    for run in ("none", "gpupack"):
+        result = run_day(autoscaled(nodes=groups, inference=chat), run)
+        assert result.present_cost[-1] == 5.0, run
+    # unpinned, a whole GPU of any model: the cheapest node
+    unpinned = [{"name": "chat", "peakReplicas": 2, "troughReplicas": 2, "latency": "tolerant"}]
+    assert run_day(autoscaled(nodes=groups, inference=unpinned), "none").present_cost[-1] == 1.0
+
+
+def test_a_pod_no_group_can_take_stays_pending_and_makes_no_node() -> None:
+    # 9 whole GPUs on nodes of 8: no node takes it, none is made for it
+    training = [{"name": "big", "arrivalsPerHour": 60, "durationMinutes": {"mean": 30}, "gpus": 9}]
+    result = run_day(autoscaled(nodes=h100(2), inference=[], training=training), "gpupack")
+    assert set(result.present_nodes) == {0} and result.summary()["pending_at_end"] > 0
+
+
+def test_the_cluster_day_scenario_needs_at_most_0_6_of_the_node_hours_without_gpupack() -> None:
+    # what `make bench-cluster` measures on the living cluster, predicted: the scenario's stated claim
+    scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "cluster-day.yaml")
+    assert scenario.autoscaling is not None
+    before, after = (run_day(scenario, run).summary() for run in ("none", "gpupack"))
+    assert after["node_hours"] <= 0.6 * before["node_hours"]
+    assert after["pending_at_end"] == 0 and before["pending_at_end"] == 0
 
 
 # without gpupack ---------------------------------------------------------------------------------------------

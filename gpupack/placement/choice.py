@@ -98,6 +98,9 @@ class Placement:
         self.book = ShapeBook()
         """The typical pod shapes, re-counted from the bound pods as the extender does."""
         self.static: dict[tuple[bytes, str], bool] = {}
+        self.absent: set[str] = set()
+        """Nodes that do not exist now: a node autoscaler has not made them yet, or has removed them (the synthetic
+        day's `autoscaling`). No filter passes them."""
 
     def view(self, live: LiveMetrics, *, recount: bool = True) -> View:
         """What the extender reads for one scheduling pass: the bound pods, `live` and the typical shapes
@@ -120,7 +123,15 @@ class Placement:
         return NodeUtils((util,) * in_use + (0.0,) * max(record.gpu_count - in_use, 0), now)
 
     def statically_ok(self, pending: Placeable, name: str) -> bool:
-        """kube-scheduler's node selector, required affinity and taint filters (cached per constraints and node)."""
+        """kube-scheduler's node selector, required affinity and taint filters (cached per constraints and node);
+        never on an absent node."""
+        if name in self.absent:
+            return False
+        return self.could_take(pending, name)
+
+    def could_take(self, pending: Placeable, name: str) -> bool:
+        """The static filters alone, whether the node exists or not: what an autoscaler asks of a node it could
+        make (the node selector, affinity and taints of the group's nodes)."""
         key = (pending.constraints, name)
         found = self.static.get(key)
         if found is None:

@@ -21,10 +21,17 @@ import numpy as np
 from gpupack.core import contract
 from gpupack.core.admitted import admitted_pod
 from gpupack.core.gpus import stock
-from gpupack.core.gpus.catalog import MODELS
+from gpupack.core.gpus.catalog import MODELS, GpuModel
 from gpupack.core.gpus.geometry import Counts, LayoutError, check, counts_of, instances
 from gpupack.core.gpus.stock import STOCK
-from gpupack.core.objects import GFD_MIG_STRATEGY, GFD_REPLICAS, GFD_SHARING_STRATEGY, MIG_CONFIG, gfd_labels
+from gpupack.core.objects import (
+    GFD_MIG_STRATEGY,
+    GFD_PRODUCT,
+    GFD_REPLICAS,
+    GFD_SHARING_STRATEGY,
+    MIG_CONFIG,
+    gfd_labels,
+)
 from gpupack.core.policy import SpotPolicy
 from gpupack.simulator.day.scenario import (
     DEFAULT_MIG_LAYOUT,
@@ -102,6 +109,18 @@ def node_layout(node: str, group: NodeGroup, spec: NodeLayoutSpec) -> NodeLayout
 
 A100, H100, T4 = MODELS["A100-40GB"], MODELS["H100-80GB"], MODELS["T4-16GB"]
 """The models of the day's node groups (`a100-mig`, `h100`, `t4`), as the demo cluster has them."""
+MODEL_OF: dict[str, GpuModel] = {"a100-mig": A100, "h100": H100, "t4": T4}
+
+
+def pinned_to(pod: dict[str, Any], gpu: str | None) -> dict[str, Any]:
+    """The pod with the required node affinity its team writes to pin a GPU model: the product GFD labels it
+    with, time-sliced (`-SHARED`) or not. The input is not modified."""
+    if gpu is None:
+        return pod
+    product = MODEL_OF[gpu].product
+    term = {"matchExpressions": [{"key": GFD_PRODUCT, "operator": "In", "values": [product, f"{product}-SHARED"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    return {**pod, "spec": {**pod["spec"], "affinity": affinity}}
 
 
 def _spot_taint() -> dict[str, str]:
@@ -207,7 +226,8 @@ def replica_pod(workload: Inference, ordinal: int) -> dict[str, Any]:
     labels = {"workload": "inference", "latency": workload.latency}
     if workload.gpu_memory is not None:
         labels["gpu-memory"] = workload.gpu_memory
-    return _pod(f"{workload.name}-{ordinal:05d}", workload.namespace, labels, "ReplicaSet", workload.name)
+    pod = _pod(f"{workload.name}-{ordinal:05d}", workload.namespace, labels, "ReplicaSet", workload.name)
+    return pinned_to(pod, workload.gpu)
 
 
 def job_pod(jobs: Jobs, kind: str, ordinal: int, gpus: int) -> dict[str, Any]:
@@ -218,7 +238,9 @@ def job_pod(jobs: Jobs, kind: str, ordinal: int, gpus: int) -> dict[str, Any]:
         labels["sharing"] = jobs.sharing
     if jobs.checkpoint:
         labels["checkpoint"] = "true"
-    pod = _pod(f"{jobs.name}-{ordinal:05d}", jobs.namespace, labels, "Job", f"{jobs.name}-{ordinal:05d}")
+    pod = pinned_to(
+        _pod(f"{jobs.name}-{ordinal:05d}", jobs.namespace, labels, "Job", f"{jobs.name}-{ordinal:05d}"), jobs.gpu
+    )
     if not jobs.gpupack_labels:
         pod = without_gpupack(pod)
     if jobs.priority_class is not None:

@@ -98,6 +98,10 @@ class DayResult:
     pods_denied: int = 0
     preemption: Mapping[str, Any] = field(default_factory=dict)
     """What preemption cost in the day (`Meter.preemption_summary`)."""
+    present_nodes: tuple[int, ...] = ()
+    """With the scenario's `autoscaling`: the nodes that exist at each measured step (in use or not yet gone)."""
+    present_cost: tuple[float, ...] = ()
+    """Their price per hour at each measured step."""
 
     @property
     def mean_utilization(self) -> float:
@@ -113,11 +117,20 @@ class DayResult:
         return sum(values) * self.step_minutes / 60
 
     def summary(self) -> dict[str, Any]:
-        """The guide's numbers, rounded for people and JSON."""
+        """The guide's numbers, rounded for people and JSON. `node_hours` are the GPU nodes paid for: with the
+        scenario's `autoscaling`, the nodes that existed; without, every node but its removable empty stretches."""
         day_hours = len(self.hours) * self.step_minutes / 60
         removable = sum(s.removable_hours for s in self.empty_stretches)
         removable_gpu_hours = sum(s.removable_hours * s.gpus for s in self.empty_stretches)
+        hour = self.step_minutes / 60
+        autoscaled = {
+            "node_hours": round(sum(self.present_nodes) * hour, 2),
+            "nodes_peak": max(self.present_nodes, default=0),
+            "cost": round(sum(self.present_cost) * hour, 2),
+        }
+        fixed = {"node_hours": round(self.nodes * day_hours - removable, 2)}
         return {
+            **(autoscaled if self.present_nodes else fixed),
             "mean_utilization_pct": round(100 * self.mean_utilization, 1),
             "gpu_hours": round(self._hours_of(self.gpus_in_use), 1),
             "busy_gpu_hours": round(self._hours_of(self.busy_gpus), 1),
@@ -161,6 +174,8 @@ class Meter:
         self.mig: list[int] = []
         self.spot: list[int] = []
         self.pending: list[int] = []
+        self.present: list[int] = []
+        self.present_cost: list[float] = []
         self.pending_minutes: dict[str, float] = {}
         self.created = 0
         self.denied = 0
@@ -221,6 +236,12 @@ class Meter:
         self.spot.append(spot)
         self.pending.append(len(waiting))
 
+    def present_now(self, step: int, nodes: int, cost_per_hour: float) -> None:
+        """With autoscaling: the nodes that exist after the step, and what they cost an hour (measured steps only)."""
+        if step >= self.warmup:
+            self.present.append(nodes)
+            self.present_cost.append(cost_per_hour)
+
     def _track_empty(self, name: str, step: int, empty: bool) -> None:
         since = self.empty_since[name]
         if empty and since is None:
@@ -270,6 +291,8 @@ class Meter:
             pods_created=self.created,
             pods_denied=self.denied,
             preemption=self.preemption_summary(),
+            present_nodes=tuple(self.present),
+            present_cost=tuple(self.present_cost),
         )
 
 
@@ -299,6 +322,9 @@ def _change(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, An
     out: dict[str, Any] = {key: round(after[key] - before[key], 2) for key in CHANGES}
     if before["gpu_hours"]:
         out["gpu_hours_saved_pct"] = round(100 * (before["gpu_hours"] - after["gpu_hours"]) / before["gpu_hours"], 1)
+    if "cost" in before and before["node_hours"]:  # autoscaled: the nodes that existed are what was paid for
+        saved = before["node_hours"] - after["node_hours"]
+        out["node_hours_saved_pct"] = round(100 * saved / before["node_hours"], 1)
     return out
 
 
@@ -342,6 +368,31 @@ ROWS = (
 )
 
 
+AUTOSCALED_ROWS = (
+    ("GPU node-hours (nodes that existed)", "node_hours", "{:.1f}"),
+    ("GPU nodes at peak (existing)", "nodes_peak", "{}"),
+    ("cost of the GPU nodes, USD", "cost", "{:,.0f}"),
+)
+"""With the scenario's `autoscaling`, in place of the billed and removable rows: nodes exist only while the
+autoscaler keeps them, so what is paid for is counted directly, not as the fixed cluster less its empty stretches."""
+NOT_AUTOSCALED = {
+    "billed_gpu_hours",
+    "removable_nodes",
+    "scale_downs",
+    "removable_node_hours",
+    "removable_nodes_mean",
+}
+
+
+def rows(autoscaled: bool) -> tuple[tuple[str, str, str], ...]:
+    """The table's rows: with autoscaling, what existed and cost, without the fixed cluster's removable rows."""
+    if not autoscaled:
+        return ROWS
+    kept = [r for r in ROWS if r[1] not in NOT_AUTOSCALED]
+    at = next(i for i, r in enumerate(kept) if r[1] == "peak_gpus_in_use")
+    return (*kept[:at], *AUTOSCALED_ROWS, *kept[at:])
+
+
 COLUMN = 17
 """Characters per run column: `without gpupack` and its numbers, right-aligned."""
 _OF = {WITHOUT: "the cluster without gpupack", "spread": "spread"}
@@ -357,12 +408,14 @@ def table(data: Mapping[str, Any]) -> str:
         f"steps, seed {data['seed']}): {first['nodes']} GPU nodes, {first['gpus']} GPUs",
         f"{'':<36}" + "".join(f"{label(n):>{COLUMN}}" for n in names),
     ]
-    for text, key, fmt in ROWS:
+    for text, key, fmt in rows("cost" in first):
         lines.append(f"{text:<36}" + "".join(f"{fmt.format(policies[n][key]):>{COLUMN}}" for n in names))
     for before in (WITHOUT, "spread"):
         change = data.get(f"gpupack_vs_{before}")
         if change and "gpu_hours_saved_pct" in change:
             lines.append(saving(change["gpu_hours_saved_pct"], before, policies[before]))
+        if change and "node_hours_saved_pct" in change:
+            lines.append(f"gpupack needs {change['node_hours_saved_pct']:.1f}% fewer GPU node-hours than {_OF[before]}")
     return "\n".join(lines)
 
 

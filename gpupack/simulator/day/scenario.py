@@ -66,6 +66,9 @@ class NodeGroup(_Model):
     stock name the list amounts to, else one generated from its content."""
     spot: bool = False
     """Labelled and tainted `node-type=spot` (the policy's default spot label and taint)."""
+    price_per_hour: float | None = Field(default=None, ge=0)
+    """What one node costs an hour: with `autoscaling`, new nodes come from the cheapest group that takes the pod,
+    as Karpenter chooses by price."""
     cpu: int = Field(default=94, ge=1)
     memory_gi: int = Field(default=900, ge=1)
 
@@ -130,6 +133,9 @@ class Inference(_Model):
     peak_hour: float = Field(default=14.0, ge=0, lt=24)
     gpu_memory: str | None = None
     """The `gpupack.io/gpu-memory` label (sizes the MIG slice); absent: the class default applies."""
+    gpu: GpuKind | None = None
+    """The GPU model the team pins its pods to (a required node affinity on `nvidia.com/gpu.product`), with or
+    without gpupack: without it, a pod asking for a whole GPU takes any model."""
     latency: Literal["critical", "tolerant"] = "critical"
     """The `gpupack.io/latency` label: tolerant replicas are time-sliced instead of getting a MIG slice."""
     utilization: Spread = Spread(mean=0.2, sd=0.06)
@@ -172,6 +178,8 @@ class Jobs(_Model):
     duration_minutes: Duration
     gpus: int | list[int] = 1
     """The `gpupack.io/gpus` label: a count, or a list drawn from uniformly per job."""
+    gpu: GpuKind | None = None
+    """The GPU model the team pins its pods to (a required node affinity on `nvidia.com/gpu.product`)."""
     sharing: Sharing | None = None
     """The `gpupack.io/sharing` label; absent: the class default (training exclusive, batch time-sliced)."""
     checkpoint: bool = False
@@ -201,6 +209,17 @@ class Jobs(_Model):
         return self.gpus if isinstance(self.gpus, list) else [self.gpus]
 
 
+class Autoscaling(_Model):
+    """Nodes come and go as a node autoscaler makes them (Karpenter, or Cluster Autoscaler on groups with `min:
+    0`): every node starts absent; a pod that fits no present node brings up a node of the cheapest group that
+    takes it (by `pricePerHour`, else in the scenario's order), present `provisionMinutes` later; a node empty for
+    `emptyMinutes` goes. Each group's `count` is its limit. Without it, every node is there all day and the day
+    counts the empty stretches longer than `emptyMinutes` as removable."""
+
+    provision_minutes: float = Field(default=1.0, ge=0, le=24 * 60)
+    """From the pod that needs it to the node taking pods (Karpenter's launch, registration and Ready)."""
+
+
 class Scenario(_Model):
     """A cluster and one day of its workloads."""
 
@@ -213,7 +232,9 @@ class Scenario(_Model):
     scale: float = Field(default=1.0, gt=0, le=100)
     """Multiplies node counts, replicas and arrival rates (rounded; a non-zero count stays at least 1)."""
     empty_minutes: float = Field(default=10.0, gt=0, le=7 * 24 * 60)
-    """Cluster Autoscaler's `--scale-down-unneeded-time`: a node empty this long is removable."""
+    """Cluster Autoscaler's `--scale-down-unneeded-time`: a node empty this long is removable (with `autoscaling`,
+    removed: Karpenter's `consolidateAfter` and its disruption loop)."""
+    autoscaling: Autoscaling | None = None
     policy: dict[str, Any] = {}
     """A gpupack policy document (the ConfigMap's), applied to the runs with gpupack; `extender.scoring` is set per
     run. The run without gpupack reads only what it says of the cluster (spot label, time-slicing resource)."""

@@ -48,14 +48,17 @@ from gpupack.core.policy import Policy, ScoringPolicy
 from gpupack.extender.demand import demand_of
 from gpupack.extender.live import LiveMetrics
 from gpupack.extender.verbs import View
+from gpupack.placement.accounting import gpus_in_use
 from gpupack.placement.choice import Placement, constraints_of
 from gpupack.placement.preemption import Running
+from gpupack.placement.scheduler import fits
 from gpupack.simulator.day.cluster import (
     JobArrival,
     NodeLayoutSpec,
     ReplicaDraws,
     cluster_nodes,
     job_arrivals,
+    node_names,
     replica_pod,
     without_gpupack,
 )
@@ -148,6 +151,16 @@ class _Day:
         self.make_pod: Callable[[dict[str, Any]], dict[str, Any] | None] = (
             self.through_webhook if self.with_gpupack else without_gpupack
         )
+        groups = dict(node_names(scenario))
+        self.prices = {n: groups[n].price_per_hour or 0.0 for n in self.records}
+        """Each node's price per hour (its group's; 0 when the scenario gives none)."""
+        self.by_price = sorted(self.records, key=lambda n: (self.prices[n], list(self.records).index(n)))
+        """Nodes in the order an autoscaler makes them: cheapest group first, then the scenario's order."""
+        self.arriving: dict[str, int] = {}
+        """Nodes provisioned and the step they take pods from."""
+        self.empty_since: dict[str, int | None] = {}
+        if scenario.autoscaling is not None:
+            self.placement.absent = set(self.records)
 
     # pods ---------------------------------------------------------------------------------------------------
     def admit(
@@ -333,14 +346,73 @@ class _Day:
             if where != node:
                 self.meter.wasted_victims(at, count, lost)
 
+    # autoscaling --------------------------------------------------------------------------------------------
+    def provision(self, step: int) -> None:
+        """Karpenter's provisioning for the pods still pending after the step's pass: each goes, in queue order, on
+        a node already coming if one has room, else brings up the cheapest absent node that takes it (its group's
+        node selector, affinity, taints and resources on an empty node), present `provisionMinutes` later."""
+        assert self.scenario.autoscaling is not None
+        delay = max(1, round(self.scenario.autoscaling.provision_minutes / self.scenario.step_minutes))
+        planned: dict[str, dict[str, int]] = {n: {} for n in self.arriving}
+        queue = sorted(self.pending.values(), key=lambda p: (-p.priority, p.created, p.seq))
+        for sim in queue:
+            requests = sim.demand.requests
+            home = next(
+                (n for n, used in planned.items() if self.placement.could_take(sim, n)
+                 and fits(requests, self.records[n].allocatable, used)),
+                None,
+            )  # fmt: skip
+            if home is None:
+                home = next(
+                    (n for n in self.by_price if n in self.placement.absent and n not in planned
+                     and self.placement.could_take(sim, n) and fits(requests, self.records[n].allocatable, {})),
+                    None,
+                )  # fmt: skip
+                if home is None:
+                    continue
+                planned[home] = {}
+                self.arriving[home] = step + delay
+            for resource, n in requests.items():
+                planned[home][resource] = planned[home].get(resource, 0) + n
+
+    def arrive_nodes(self, step: int) -> None:
+        """The nodes provisioned earlier that are ready now take pods."""
+        for name in [n for n, ready in self.arriving.items() if ready <= step]:
+            del self.arriving[name]
+            self.placement.absent.discard(name)
+            self.empty_since[name] = step
+
+    def remove_empty_nodes(self, step: int) -> None:
+        """A present node empty for `emptyMinutes` goes (Karpenter's consolidation of empty nodes)."""
+        threshold = self.scenario.empty_minutes / self.scenario.step_minutes
+        for name in self.records:
+            if name in self.placement.absent:
+                continue
+            if gpus_in_use(self.records[name], self.state.used(name, 0.0)) or self.state.bound_on(name)[0]:
+                self.empty_since[name] = None
+            elif self.empty_since.get(name) is None:
+                self.empty_since[name] = step
+            elif step - (self.empty_since[name] or step) >= threshold:
+                self.placement.absent.add(name)
+                self.empty_since[name] = None
+        present = [n for n in self.records if n not in self.placement.absent]
+        self.meter.present_now(step, len(present), sum(self.prices[n] for n in present))
+
     def run(self) -> DayResult:
         """Every step of the warm-up and the day; only the day is measured."""
+        autoscaled = self.scenario.autoscaling is not None
         for step in range(self.scenario.warmup_steps + self.scenario.steps):
+            if autoscaled:
+                self.arrive_nodes(step)
             self.finish_jobs(step)
             self.scale_deployments(step)
             self.arrive_jobs(step)
             self.schedule(step)
+            if autoscaled:
+                self.provision(step)
             self.meter.record(step, self.state, self.work, self.pending.values())
+            if autoscaled:
+                self.remove_empty_nodes(step)
         for sim in list(self.pending.values()):  # preemptors still waiting at the end never got their node
             self.settle(sim, None, self.scenario.warmup_steps + self.scenario.steps)
         return self.meter.result(self.run_name)
