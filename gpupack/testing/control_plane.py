@@ -398,6 +398,35 @@ class ControlPlane:
         with self._open(method, path, body, content_type) as answer:
             return json.loads(answer.read() or b"null")
 
+    def watch(self, path: str, stop: threading.Event, timeout: int = 60) -> Iterator[dict[str, Any]]:
+        """The watch events of a collection (`/api/v1/pods`), from a list onward, until `stop` is set: ADDED for
+        what exists, then each change, re-opened where it ended (a watch that expired lists again). Every
+        MODIFIED event is seen, so a condition set a moment before a deletion is not missed as by polling."""
+        version = ""
+        while not stop.is_set():
+            if not version:
+                listed = self.request("GET", path)
+                version = listed["metadata"]["resourceVersion"]
+                for item in listed["items"]:
+                    yield {"type": "ADDED", "object": item}
+            query = f"?watch=1&resourceVersion={version}&timeoutSeconds={timeout}&allowWatchBookmarks=true"
+            try:
+                with urllib.request.urlopen(
+                    urllib.request.Request(self.url + path + query), context=self._context(), timeout=timeout + 10
+                ) as stream:
+                    for line in stream:
+                        if stop.is_set():
+                            return
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            version = ""  # gone: list again
+                            break
+                        version = event["object"]["metadata"].get("resourceVersion") or version
+                        if event.get("type") != "BOOKMARK":
+                            yield event
+            except (OSError, urllib.error.URLError, json.JSONDecodeError):
+                time.sleep(0.5)
+
     def get(self, path: str) -> Any:
         """GET as admin, None for 404."""
         try:
