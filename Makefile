@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 APT_GET := $(shell command -v apt-get 2>/dev/null)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test lint typecheck unit docs reference system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report monitoring manifests clean
+.PHONY: run test lint typecheck unit docs reference system-deps kube-tools bench-deps bench bench-webhook bench-stages bench-hostile bench-extender bench-simulator bench-report bench-cluster monitoring manifests clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,11 @@ monitoring: $(VENV)/.test-deps
 
 bench-report: $(VENV)/.test-deps system-deps
 	$(BIN)/python -m bench.report --data /var/tmp/gpupack-bench-report
+
+# The same workday on the living cluster (Karpenter, kwok) in three arms, about 12 minutes each; not part of
+# `make bench`. BENCH_CLUSTER_ARGS=--compare-consolidation also runs gpupack under Karpenter's other policies.
+bench-cluster: $(VENV)/.test-deps system-deps kube-tools
+	$(BIN)/python -m bench.cluster $(BENCH_CLUSTER_ARGS)
 
 clean:
 	rm -rf $(VENV) .run site .mypy_cache .ruff_cache .pytest_cache .hypothesis .import_linter_cache

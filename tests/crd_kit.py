@@ -27,6 +27,7 @@ CRD_FILES = (
     "monitoring.coreos.com_servicemonitors.yaml",
     "monitoring.coreos.com_podmonitors.yaml",
     "karpenter.sh_nodepools.yaml",
+    "karpenter.sh_nodeoverlays.yaml",
 )
 
 

@@ -300,6 +300,18 @@ def test_a_pod_no_group_can_take_stays_pending_and_makes_no_node() -> None:
     assert set(result.present_nodes) == {0} and result.summary()["pending_at_end"] > 0
 
 
+def test_karpenters_spot_nodes_carry_its_capacity_type_and_no_taint() -> None:
+    group = {"name": "t4", "count": 1, "gpu": "t4", "spot": True, "provisioner": "karpenter"}
+    (node,) = cluster_nodes(tiny(nodes=[group]))
+    assert (
+        node["metadata"]["labels"]["karpenter.sh/capacity-type"] == "spot"
+        and "node-type" not in node["metadata"]["labels"]
+    )
+    assert not node["spec"].get("taints")
+    (default,) = cluster_nodes(tiny(nodes=[{**group, "provisioner": "node-group"}]))
+    assert default["metadata"]["labels"]["node-type"] == "spot" and default["spec"]["taints"]
+
+
 def test_the_cluster_day_scenario_needs_at_most_0_6_of_the_node_hours_without_gpupack() -> None:
     # what `make bench-cluster` measures on the living cluster, predicted: the scenario's stated claim
     scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "cluster-day.yaml")

@@ -12,14 +12,20 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.core.gpus.catalog import CATALOG, MigProfile
+from gpupack.core.admitted import admitted_pod
+from gpupack.core.gpus.catalog import CATALOG, MigProfile, mig_model_of
+from gpupack.core.gpus.stock import STOCK
 from gpupack.core.policy import parse_policy
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import apply_patch
 from tests.conftest import ROOT
 from tests.crd_kit import load_documents
 
 EXAMPLES = ROOT / "examples" / "gpu-stack"
 
 Obj = dict[str, Any]
+RECOMMENDED_CONSOLIDATION = "WhenEmpty"
+"""The policy docs/admins/karpenter.md recommends from the cluster benchmark."""
 LABEL_VALUE = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 
 
@@ -125,20 +131,41 @@ def test_the_cluster_autoscaler_runs_with_the_guides_scale_down_flags() -> None:
     }
 
 
-def test_the_spot_node_pool_carries_the_label_and_taint_gpupacks_policy_recognises() -> None:
+def test_the_node_pool_lets_gpupack_choose_spot_per_pod_and_its_gpu_pods_tolerate_its_taint() -> None:
     pool = example("karpenter-nodepool.yaml")
-    spot = parse_policy(b"").spot
     template = pool["spec"]["template"]
-    # Karpenter labels every spot node karpenter.sh/capacity-type=spot, which gpupack recognises out of the box;
-    # the pool's taint is one the spot-bound pods tolerate
-    assert ("karpenter.sh/capacity-type", "spot") in spot.recognised
-    assert all((t["key"], t["value"], t["effect"]) in spot.tolerated for t in template["spec"]["taints"])
     requirements = {r["key"]: r for r in template["spec"]["requirements"]}
-    assert requirements["karpenter.sh/capacity-type"] == {
-        "key": "karpenter.sh/capacity-type",
-        "operator": "In",
-        "values": ["spot"],
-    }
-    assert "karpenter.k8s.aws/instance-gpu-count" in requirements
+    # both capacity types: the affinity gpupack writes picks spot for batch and on-demand for inference
+    assert set(requirements["karpenter.sh/capacity-type"]["values"]) == {"spot", "on-demand"}
+    assert ("karpenter.sh/capacity-type", "spot") in parse_policy(b"").spot.recognised
+    # the webhook's tolerations for an inference pod sized to a MIG slice tolerate the pool's taint
+    pod = admitted_pod("chat-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "4Gi"})
+    decision = plan(pod, "ml-serving", MutationContext(policy=parse_policy(b""), version="test"))
+    tolerations = apply_patch(pod, decision.ops)["spec"]["tolerations"]
+    for taint in template["spec"]["taints"]:
+        assert any(
+            t["key"] == taint["key"] and t["operator"] == "Exists" and t["effect"] == taint["effect"]
+            for t in tolerations
+        ), (taint, tolerations)
     disruption = pool["spec"]["disruption"]
-    assert disruption["consolidationPolicy"] == "WhenEmptyOrUnderutilized" and disruption["consolidateAfter"]
+    assert disruption["consolidationPolicy"] == RECOMMENDED_CONSOLIDATION
+    assert f"`{RECOMMENDED_CONSOLIDATION}`" in (ROOT / "docs" / "admins" / "karpenter.md").read_text()
+
+
+def test_the_node_overlay_gives_karpenter_the_mig_devices_of_the_pools_layout() -> None:
+    pool, overlay = example("karpenter-nodepool.yaml"), example("karpenter-nodeoverlay.yaml")
+    labels = pool["spec"]["template"]["metadata"]["labels"]
+    model = mig_model_of(labels["nvidia.com/gpu.product"])
+    assert model == "A100-40GB"
+    (instance_type,) = next(
+        r["values"] for r in pool["spec"]["template"]["spec"]["requirements"]
+        if r["key"] == "node.kubernetes.io/instance-type"
+    )  # fmt: skip
+    gpus = {"p4d.24xlarge": 8}[instance_type]
+    per_gpu = STOCK[labels["nvidia.com/mig.config"]][model]
+    assert overlay["spec"]["capacity"] == {f"nvidia.com/mig-{p}": str(n * gpus) for p, n in per_gpu}
+    selects = {r["key"]: r["values"] for r in overlay["spec"]["requirements"]}
+    assert selects == {
+        "karpenter.sh/nodepool": [pool["metadata"]["name"]],
+        "node.kubernetes.io/instance-type": [instance_type],
+    }

@@ -172,6 +172,7 @@ def test_the_vendored_crds_are_the_versions_the_manifests_use() -> None:
         ("monitoring.coreos.com", "ServiceMonitor"): ["v1"],
         ("monitoring.coreos.com", "PodMonitor"): ["v1"],
         ("karpenter.sh", "NodePool"): ["v1"],
+        ("karpenter.sh", "NodeOverlay"): ["v1alpha1"],
     }
 
 

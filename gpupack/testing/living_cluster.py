@@ -74,7 +74,12 @@ RequestWatchProgress is disabled"), and kwok sees a change only when it lists ag
 about 15 s late, a run-for pod ended 8 s late). Without WatchList, that watch is the legacy one (every object, then
 changes); the other clients, asked for no streaming list, fall back to list and watch as they do on any server
 without it. `KUBE_FEATURE_WatchListClient=false` in kwok's environment does not help: it is the server's defaulting."""
-CRDS = ("karpenter-crd-nodepools", "karpenter-crd-nodeclaims", "karpenter-crd-kwoknodeclasses")
+CRDS = (
+    "karpenter-crd-nodepools",
+    "karpenter-crd-nodeclaims",
+    "karpenter-crd-nodeoverlays",
+    "karpenter-crd-kwoknodeclasses",
+)
 """`tools/build`'s names of Karpenter's CRDs (copied from the sigs.k8s.io/karpenter module)."""
 STAGES = (
     "kwok-stage-node-initialize",
@@ -224,7 +229,8 @@ class LivingCluster:
         self.plane.kubectl("apply", "--server-side", *(f"--filename={self.tools.files[c]}" for c in CRDS))
         self.plane.kubectl(
             "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh", "crd/kwoknodeclasses.karpenter.kwok.sh",
+            "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh", "crd/nodeoverlays.karpenter.sh",
+            "crd/kwoknodeclasses.karpenter.kwok.sh",
         )  # fmt: skip
         self._step("crds", began)
         self._start_karpenter()

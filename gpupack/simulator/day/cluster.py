@@ -33,6 +33,7 @@ from gpupack.core.objects import (
     gfd_labels,
 )
 from gpupack.core.policy import SpotPolicy
+from gpupack.core.spot import KARPENTER_CAPACITY_TYPE
 from gpupack.simulator.day.scenario import (
     DEFAULT_MIG_LAYOUT,
     LABEL_VALUE,
@@ -173,11 +174,15 @@ def node_json(
         "pods": "110",
         **{k: str(v) for k, v in gpus.items()},
     }
+    if group.provisioner == "karpenter":
+        capacity, taints = {KARPENTER_CAPACITY_TYPE: "spot" if group.spot else "on-demand"}, []
+    else:
+        capacity, taints = {"node-type": "spot" if group.spot else "on-demand"}, [dict(SPOT)] if group.spot else []
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {**labels, "node-type": "spot" if group.spot else "on-demand"}},
-        "spec": {"taints": [dict(SPOT)]} if group.spot else {},
+        "metadata": {"name": name, "labels": {**labels, **capacity}},
+        "spec": {"taints": taints} if taints else {},
         "status": {"allocatable": allocatable, "capacity": dict(allocatable)},
     }
 

@@ -65,7 +65,12 @@ class NodeGroup(_Model):
     """The `nvidia.com/mig.config` label of an explicit `migLayout` list (the custom config's name); absent: the
     stock name the list amounts to, else one generated from its content."""
     spot: bool = False
-    """Labelled and tainted `node-type=spot` (the policy's default spot label and taint)."""
+    """A spot node: labelled and tainted `node-type=spot` (the policy's default spot label and taint), or as
+    `provisioner` says."""
+    provisioner: Literal["node-group", "karpenter"] = "node-group"
+    """Who makes the group's nodes: a cloud node group (spot nodes labelled and tainted `node-type=spot`), or a
+    Karpenter NodePool offering both capacity types (every node labelled `karpenter.sh/capacity-type`, spot or
+    on-demand, and no spot taint: Karpenter adds none unless the NodePool asks)."""
     price_per_hour: float | None = Field(default=None, ge=0)
     """What one node costs an hour: with `autoscaling`, new nodes come from the cheapest group that takes the pod,
     as Karpenter chooses by price."""

@@ -1,0 +1,1 @@
+"""The cluster benchmark: the same workday on a living cluster before gpupack, with its requests, and with gpupack."""
