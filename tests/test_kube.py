@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpupack.core.cluster import ClusterFacts, facts
-from gpupack.core.kube import ClusterFactsCache, KubeClusterReader, api_client
+from gpupack.core.kube import ClusterFactsCache, KubeClusterReader, api_client, offered_by_node_overlays
 from gpupack.core.telemetry import ClusterReadMetrics
 from gpupack.testing.apiserver import FakeApiServer, write_kubeconfig
 from tests.conftest import recorded_api_server
@@ -78,3 +78,22 @@ async def test_resources_no_node_advertises_any_more_are_remembered_for_a_while(
     assert cache.facts.advertised_resources == MIG
     assert await cache.refresh()  # two hours later
     assert cache.facts.advertised_resources == after_two_hours
+
+
+@pytest.mark.parametrize(
+    ("overlays", "offered"),
+    [
+        (
+            [{"spec": {"capacity": {"nvidia.com/mig-1g.5gb": "16", "example.com/other": "1"}}}],
+            {"nvidia.com/mig-1g.5gb"},
+        ),
+        ([{"spec": {"capacity": {"nvidia.com/gpu.shared": 0}}}], set()),
+        ([{"spec": {"price": "1.0"}}], set()),  # a price overlay offers no resource
+        ([{"metadata": {"name": "bad"}, "spec": {"capacity": ["nvidia.com/mig-1g.5gb"]}}], set()),
+        (["not an object", None, {"spec": None}], set()),
+    ],
+)
+def test_node_overlays_offer_the_nvidia_resources_they_add_and_malformed_ones_nothing(
+    overlays: list[Any], offered: set[str]
+) -> None:
+    assert offered_by_node_overlays(overlays) == offered

@@ -31,6 +31,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from gpupack.core.admitted import admitted_pod
 from gpupack.core.cluster import PriorityClassInfo
 from gpupack.core.kube import (
     PAGE_SIZE,
@@ -50,7 +51,9 @@ from gpupack.demo.cluster import leader_lease
 from gpupack.extender.informer import Backoff, Informer
 from gpupack.extender.service import ExtenderConfig, build_app, load_lists
 from gpupack.extender.state import ClusterState
-from gpupack.testing.control_plane import ControlPlane, wait_until
+from gpupack.testing.control_plane import ControlPlane, tools, wait_until
+from gpupack.webhook.mutate import MutationContext, plan
+from gpupack.webhook.patches import apply_patch
 from tests.conftest import RECORDED, recorded_text
 from tests.extender_kit import gpu_pod, policy
 
@@ -922,6 +925,35 @@ async def test_a_gpu_pool_scaled_to_zero_still_offers_what_its_nodes_advertised(
     assert cache.facts.advertised_resources is not None
     assert "nvidia.com/mig-1g.12gb" in cache.facts.advertised_resources
     assert "nvidia.com/mig-1g.12gb" not in (api_facts(plane)[1] or frozenset())
+
+
+async def test_a_pool_karpenter_starts_at_zero_offers_what_its_node_overlay_says(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Without Karpenter (no NodeOverlay CRD) the read works and offers nothing more; with the shipped example
+    # overlay, its MIG resources are offered though no node has them, so an 8Gi pod is sized to 2g.10gb
+    # (docs/admins/karpenter.md), with the shipped RBAC.
+    plane = cluster.plane
+    api = api_client(cluster.webhook)
+    cache = ClusterFactsCache(KubeClusterReader(api))
+    with caplog.at_level(logging.WARNING):
+        assert await cache.refresh()
+    assert "nvidia.com/mig-2g.10gb" not in (cache.facts.advertised_resources or frozenset())
+    assert not [r for r in caplog.records if "NodeOverlay" in r.getMessage()]
+    plane.kubectl("apply", "--server-side", "-f", str(tools().files["karpenter-crd-nodeoverlays"]))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/nodeoverlays.karpenter.sh")
+    plane.kubectl("apply", "-f", str(ROOT / "examples" / "gpu-stack" / "karpenter-nodeoverlay.yaml"))
+    try:
+        assert await cache.refresh()
+        offered = cache.facts.advertised_resources or frozenset()
+        assert {"nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb"} <= offered
+        pod = admitted_pod("chat-0", {"gpupack.io/workload": "inference", "gpupack.io/gpu-memory": "8Gi"})
+        context = MutationContext(policy=parse_policy(b""), version="t", facts=cache.facts)
+        limits = apply_patch(pod, plan(pod, "ml", context).ops)["spec"]["containers"][0]["resources"]["limits"]
+        assert "nvidia.com/mig-2g.10gb" in limits
+    finally:
+        api.close()
+        plane.kubectl("delete", "--ignore-not-found", "nodeoverlays.karpenter.sh", "--all")
 
 
 # the webhook's Lease reader ---------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bench.cluster.workload import Day, JobStart
+from gpupack.core.checkout import REPOSITORY
 from gpupack.simulator.day.cluster import without_gpupack
-from gpupack.testing.control_plane import ControlPlane, wait_until
+from gpupack.testing.control_plane import ControlPlane, iter_documents, wait_until
 from gpupack.testing.deployed import Deployment, install_kustomize
 from gpupack.testing.living_cluster import (
     FIXTURES,
@@ -44,21 +45,18 @@ INSTANCE = "node.kubernetes.io/instance-type"
 WHOLE_GPUS = {"p4d.24xlarge": 8, "p5.48xlarge": 8, "g4dn.12xlarge": 4}
 """The same machines in a cluster without gpupack: nobody partitions the GPUs, the device plugin advertises whole
 `nvidia.com/gpu`."""
-LAYOUT_PROFILES = """migProfiles:
-  - {name: 1g.5gb, memory: 5Gi, computeSlices: 1, gpu: A100-40GB}
-  - {name: 2g.10gb, memory: 10Gi, computeSlices: 2, gpu: A100-40GB}
-  - {name: 3g.20gb, memory: 20Gi, computeSlices: 3, gpu: A100-40GB}
-"""
-"""The profiles of the A100 pool's layout (`all-balanced`). Karpenter starts every pool at zero nodes, so no node
-has advertised a MIG resource when the first pods come, and the webhook sizes by the policy's `migProfiles`
-(docs/admins/karpenter.md): with the shipped list, 8Gi gets `1g.10gb`, which `all-balanced` has not, and no
-node is ever bought for it (the first run of 2026-12-04)."""
+OVERLAY = REPOSITORY / "examples" / "gpu-stack" / "karpenter-nodeoverlay.yaml"
+"""The example NodeOverlay, applied for the A100 pool in the arms with gpupack: Karpenter starts every pool at zero
+nodes, so no node has advertised a MIG resource when the first pods come, and the webhook sizes them by what the
+overlay says the pool's nodes will have (docs/admins/karpenter.md). Without it, the shipped `migProfiles` give an
+8Gi pod `1g.10gb`, which `all-balanced` has not, and no node is ever bought for it (the first run of 2026-12-04).
+The living cluster's instance types already list the MIG devices, so Karpenter runs without the NodeOverlay
+gate."""
 POLICIES: Mapping[Arm, str] = {
-    "requests": "mode: enforce\nscheduler: {name: null}\n" + LAYOUT_PROFILES,
-    "gpupack": "mode: enforce\n" + LAYOUT_PROFILES,
+    "requests": "mode: enforce\nscheduler: {name: null}\n",
+    "gpupack": "mode: enforce\n",
 }
-"""The policy each arm with gpupack runs: the shipped one, enforcing, with the pool's MIG profiles; `requests`
-without routing."""
+"""The policy each arm with gpupack runs: the shipped one, enforcing; `requests` without routing."""
 
 
 def whole_gpu_instance_types(path: Path) -> Path:
@@ -69,6 +67,16 @@ def whole_gpu_instance_types(path: Path) -> Path:
         found["resources"] = {**resources, "nvidia.com/gpu": str(WHOLE_GPUS[found["name"]])}
     path.write_text(json.dumps(types))
     return path
+
+
+def a100_overlay() -> dict[str, Any]:
+    """The example NodeOverlay, for the living cluster's A100 pool (`a100`)."""
+    (overlay,) = iter_documents(OVERLAY.read_text())
+    for requirement in overlay["spec"]["requirements"]:
+        if requirement["key"] == NODEPOOL:
+            requirement["values"] = ["a100"]
+    found: dict[str, Any] = overlay
+    return found
 
 
 def prices() -> dict[tuple[str, str], float]:
@@ -163,6 +171,7 @@ class ArmRun:
             LivingCluster(plane, consolidation_policy=self.consolidation, consolidate_after="10s",
                           karpenter_env=env).start()  # fmt: skip
             if self.arm != "before":
+                plane.apply([a100_overlay()])
                 self.deploy(plane)
             for namespace in {ns for ns, _ in self.day.deployments.values()} | {j.namespace for j in self.day.jobs}:
                 plane.namespace(namespace)

@@ -62,6 +62,32 @@ def advertised_from(nodes: Iterable[dict[str, Any]]) -> frozenset[str]:
     return frozenset(found)
 
 
+NODE_OVERLAYS: Final = ("karpenter.sh", "v1alpha1", "nodeoverlays")
+"""Karpenter's NodeOverlays (group, version, plural): the extended resources it adds to the instance types it may
+buy (docs/admins/karpenter.md)."""
+
+
+def offered_by_node_overlays(overlays: Iterable[Any]) -> frozenset[str]:
+    """NVIDIA extended resources that some NodeOverlay adds to instance types (`spec.capacity`, a count above
+    zero). Karpenter starts a pool at zero nodes and buys a node for a pod sized to a MIG slice only when an
+    overlay says the instance type has it; what Karpenter may buy is offered as surely as what a node advertises.
+    An overlay without a readable `spec.capacity` offers nothing (logged)."""
+    found: set[str] = set()
+    for overlay in overlays:
+        spec = overlay.get("spec") if isinstance(overlay, dict) else None
+        capacity = spec.get("capacity") if isinstance(spec, dict) else None
+        if capacity is None:
+            continue
+        if not isinstance(capacity, dict):
+            name = ((overlay.get("metadata") or {}).get("name") or "?") if isinstance(overlay, dict) else "?"
+            log.warning("NodeOverlay %s: spec.capacity is not a mapping, ignored", name)
+            continue
+        for key, value in capacity.items():
+            if isinstance(key, str) and key.startswith(contract.NVIDIA_RESOURCE_PREFIX) and str(value) not in ("0", ""):
+                found.add(key)
+    return frozenset(found)
+
+
 def facts_from_lists(priority_class_list: dict[str, Any] | None, node_list: dict[str, Any] | None) -> ClusterFacts:
     """Facts from `kubectl get priorityclasses,nodes -o json`-style lists; a None list stays unknown."""
     classes = priority_classes_from(priority_class_list.get("items") or []) if priority_class_list else None
@@ -109,12 +135,16 @@ def list_pages(
 
 
 class KubeClusterReader:
-    """Lists PriorityClasses and nodes (paginated, `page_size` objects a request) through the kubernetes client."""
+    """Lists PriorityClasses, nodes and Karpenter's NodeOverlays (paginated, `page_size` objects a request) through
+    the kubernetes client."""
 
     def __init__(self, api: client.ApiClient, page_size: int = PAGE_SIZE) -> None:
         self._scheduling = client.SchedulingV1Api(api)
         self._core = client.CoreV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
         self._page_size = page_size
+        self._overlays_unread: int | None = None
+        """The status of the last NodeOverlay list that failed (logged once per status)."""
 
     def _pages(self, call: Callable[..., Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -125,8 +155,25 @@ class KubeClusterReader:
     def read(self) -> ClusterFacts:
         """One consistent-enough snapshot (two lists, each paginated)."""
         classes = priority_classes_from(self._pages(self._scheduling.list_priority_class))
-        advertised = advertised_from(self._pages(self._core.list_node))
+        advertised = advertised_from(self._pages(self._core.list_node)) | self._overlay_resources()
         return facts(classes, advertised, time.time())
+
+    def _overlay_resources(self) -> frozenset[str]:
+        """What Karpenter's NodeOverlays offer; nothing where Karpenter is not installed (404) or gpupack may not
+        read them (403, an older chart's RBAC), logged once."""
+        group, version, plural = NODE_OVERLAYS
+        call = partial(self._custom.list_cluster_custom_object, group, version, plural)
+        try:
+            items = self._pages(call)
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            if exc.status == 403 and self._overlays_unread != exc.status:
+                log.warning("cannot list Karpenter's NodeOverlays (403): sizing ignores what they offer")
+            self._overlays_unread = exc.status
+            return frozenset()
+        self._overlays_unread = None
+        return offered_by_node_overlays(items)
 
 
 class ClusterFactsCache:

@@ -264,7 +264,7 @@ class ClusterFacts(_Model):
     remember_seconds: float = Field(default=7 * 86400.0, ge=0, le=90 * 86400)
     """How long a GPU resource a node advertised still counts as offered once no node advertises it: an autoscaler
     removes a pool's last node when its pods are gone, and the next pod must still be sized for that pool. Until
-    some node has advertised one, the policy's `migProfiles` stand."""
+    some node has advertised one (or a Karpenter NodeOverlay offers one), the policy's `migProfiles` stand."""
 
 
 ScoringPolicy = Literal["gpupack", "spread", "binpack"]
@@ -415,8 +415,9 @@ class Policy(_Model):
     mig_profiles: list[MigProfileSpec] = Field(
         default_factory=_default_mig_profiles, min_length=1, max_length=MAX_ENTRIES
     )
-    """MIG profiles offered; when the API is reachable, only those some node advertises are used. A pod gets the
-    smallest that holds its `gpupack.io/gpu-memory`: least memory, then fewest compute slices."""
+    """MIG profiles offered; when the API is reachable, only those some node advertises (or a Karpenter
+    NodeOverlay adds to the instance types it may buy) are used. A pod gets the smallest that holds its
+    `gpupack.io/gpu-memory`: least memory, then fewest compute slices."""
     time_slicing: TimeSlicing = TimeSlicing()
     spot: SpotPolicy = SpotPolicy()
     tolerate_gpu_taints: bool = True
