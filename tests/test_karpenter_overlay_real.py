@@ -8,32 +8,24 @@ gate the example names. The overlay is the example's, for the fixture's pool nam
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from gpupack.testing.control_plane import ControlPlane, iter_documents, wait_until
-from gpupack.testing.living_cluster import FIXTURES, PLANE_ARGS, LivingCluster, missing_tools
+from gpupack.testing.control_plane import ControlPlane, wait_until
+from gpupack.testing.living_cluster import (
+    PLANE_ARGS,
+    LivingCluster,
+    missing_tools,
+    overlay_for_pool,
+    whole_gpu_instance_types,
+)
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(300)
 EXAMPLE = ROOT / "examples" / "gpu-stack" / "karpenter-nodeoverlay.yaml"
 SLICE = "nvidia.com/mig-1g.5gb"
-
-
-def as_the_cloud_describes_it(path: Path) -> Path:
-    """instance-types.json with the p4d.24xlarge's 8 GPUs as `nvidia.com/gpu`, no MIG device: what a cloud
-    provider knows of a machine before NVIDIA's MIG manager has partitioned its GPUs."""
-    types = json.loads((FIXTURES / "instance-types.json").read_text())
-    for found in types:
-        if found["name"] == "p4d.24xlarge":
-            kept = {k: v for k, v in found["resources"].items() if not k.startswith("nvidia.com/mig-")}
-            found["resources"] = {**kept, "nvidia.com/gpu": "8"}
-    path.write_text(json.dumps(types))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +34,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivingCluster]
     if reason:
         pytest.fail(reason)
     work = tmp_path_factory.mktemp("overlay")
-    env = {"INSTANCE_TYPES_FILE_PATH": str(as_the_cloud_describes_it(work / "types.json")),
+    env = {"INSTANCE_TYPES_FILE_PATH": str(whole_gpu_instance_types(work / "types.json", {"p4d.24xlarge": 8})),
            "FEATURE_GATES": "NodeOverlay=true"}  # fmt: skip
     plane = ControlPlane(work / "plane", extra_args=PLANE_ARGS)
     try:
@@ -66,11 +58,7 @@ def test_the_example_overlay_lets_karpenter_buy_a_node_for_a_mig_sliced_pod(clus
     assert SLICE in json.dumps(refused[0]), refused[0]
     assert cluster.node_claims() == []
 
-    (overlay,) = iter_documents(EXAMPLE.read_text())
-    overlay = copy.deepcopy(overlay)
-    for requirement in overlay["spec"]["requirements"]:
-        if requirement["key"] == "karpenter.sh/nodepool":
-            requirement["values"] = ["a100"]
+    overlay = overlay_for_pool(EXAMPLE, "a100")
     cluster.plane.apply([overlay])
 
     (claim,) = cluster.wait_node_claims(lambda claims: claims, 90, "a NodeClaim once the overlay exists")

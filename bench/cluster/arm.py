@@ -27,7 +27,7 @@ from typing import Any, Literal
 from bench.cluster.workload import Day, JobStart
 from gpupack.core.checkout import REPOSITORY
 from gpupack.simulator.day.cluster import without_gpupack
-from gpupack.testing.control_plane import ControlPlane, iter_documents, wait_until
+from gpupack.testing.control_plane import ControlPlane, wait_until
 from gpupack.testing.deployed import Deployment, install_kustomize
 from gpupack.testing.living_cluster import (
     FIXTURES,
@@ -36,6 +36,8 @@ from gpupack.testing.living_cluster import (
     PLANE_ARGS,
     RUN_FOR,
     LivingCluster,
+    overlay_for_pool,
+    whole_gpu_instance_types,
 )
 
 Arm = Literal["before", "requests", "gpupack"]
@@ -57,26 +59,6 @@ POLICIES: Mapping[Arm, str] = {
     "gpupack": "mode: enforce\n",
 }
 """The policy each arm with gpupack runs: the shipped one, enforcing; `requests` without routing."""
-
-
-def whole_gpu_instance_types(path: Path) -> Path:
-    """The fixture's instance types with whole GPUs in place of MIG instances and time-sliced replicas."""
-    types = json.loads((FIXTURES / "instance-types.json").read_text())
-    for found in types:
-        resources = {k: v for k, v in found["resources"].items() if not k.startswith("nvidia.com/")}
-        found["resources"] = {**resources, "nvidia.com/gpu": str(WHOLE_GPUS[found["name"]])}
-    path.write_text(json.dumps(types))
-    return path
-
-
-def a100_overlay() -> dict[str, Any]:
-    """The example NodeOverlay, for the living cluster's A100 pool (`a100`)."""
-    (overlay,) = iter_documents(OVERLAY.read_text())
-    for requirement in overlay["spec"]["requirements"]:
-        if requirement["key"] == NODEPOOL:
-            requirement["values"] = ["a100"]
-    found: dict[str, Any] = overlay
-    return found
 
 
 def prices() -> dict[tuple[str, str], float]:
@@ -167,11 +149,13 @@ class ArmRun:
             plane.start()
             env = {}
             if self.arm == "before":
-                env["INSTANCE_TYPES_FILE_PATH"] = str(whole_gpu_instance_types(self.work / "instance-types.json"))
+                env["INSTANCE_TYPES_FILE_PATH"] = str(
+                    whole_gpu_instance_types(self.work / "instance-types.json", WHOLE_GPUS)
+                )
             LivingCluster(plane, consolidation_policy=self.consolidation, consolidate_after="10s",
                           karpenter_env=env).start()  # fmt: skip
             if self.arm != "before":
-                plane.apply([a100_overlay()])
+                plane.apply([overlay_for_pool(OVERLAY, "a100")])
                 self.deploy(plane)
             for namespace in {ns for ns, _ in self.day.deployments.values()} | {j.namespace for j in self.day.jobs}:
                 plane.namespace(namespace)

@@ -51,14 +51,20 @@ def priority_classes_from(items: Iterable[dict[str, Any]]) -> dict[str, Priority
     return out
 
 
+def _nvidia_resources(resources: dict[Any, Any]) -> set[str]:
+    """The NVIDIA extended resources of a resource list with a count above zero."""
+    return {
+        key
+        for key, value in resources.items()
+        if isinstance(key, str) and key.startswith(contract.NVIDIA_RESOURCE_PREFIX) and str(value) not in ("0", "")
+    }
+
+
 def advertised_from(nodes: Iterable[dict[str, Any]]) -> frozenset[str]:
     """NVIDIA extended resources that at least one node has in its allocatable with a count above zero."""
     found: set[str] = set()
     for node in nodes:
-        allocatable = (node.get("status") or {}).get("allocatable") or {}
-        for key, value in allocatable.items():
-            if key.startswith(contract.NVIDIA_RESOURCE_PREFIX) and str(value) not in ("0", ""):
-                found.add(key)
+        found |= _nvidia_resources((node.get("status") or {}).get("allocatable") or {})
     return frozenset(found)
 
 
@@ -82,9 +88,7 @@ def offered_by_node_overlays(overlays: Iterable[Any]) -> frozenset[str]:
             name = ((overlay.get("metadata") or {}).get("name") or "?") if isinstance(overlay, dict) else "?"
             log.warning("NodeOverlay %s: spec.capacity is not a mapping, ignored", name)
             continue
-        for key, value in capacity.items():
-            if isinstance(key, str) and key.startswith(contract.NVIDIA_RESOURCE_PREFIX) and str(value) not in ("0", ""):
-                found.add(key)
+        found |= _nvidia_resources(capacity)
     return frozenset(found)
 
 

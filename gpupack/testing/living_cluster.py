@@ -119,6 +119,29 @@ def run_for_seconds(value: str) -> float:
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s)", value))
 
 
+def overlay_for_pool(path: Path, pool: str) -> dict[str, Any]:
+    """A NodeOverlay file (one document) selecting NodePool `pool` in place of the pool it names."""
+    (overlay,) = iter_documents(path.read_text())
+    for requirement in overlay["spec"]["requirements"]:
+        if requirement["key"] == NODEPOOL:
+            requirement["values"] = [pool]
+    found: dict[str, Any] = overlay
+    return found
+
+
+def whole_gpu_instance_types(path: Path, gpus: Mapping[str, int]) -> Path:
+    """instance-types.json written to `path` with the types named in `gpus` advertising that many whole
+    `nvidia.com/gpu` and no MIG device or time-sliced replica: what a cloud provider says of a machine whose GPUs
+    nobody has partitioned yet."""
+    types = json.loads((FIXTURES / "instance-types.json").read_text())
+    for found in types:
+        if found["name"] in gpus:
+            kept = {k: v for k, v in found["resources"].items() if not k.startswith("nvidia.com/")}
+            found["resources"] = {**kept, "nvidia.com/gpu": str(gpus[found["name"]])}
+    path.write_text(json.dumps(types))
+    return path
+
+
 def pod_spec(
     requests: Mapping[str, str],
     *,
