@@ -23,6 +23,7 @@ from gpupack.testing.living_cluster import (
 )
 from tests.conftest import ROOT
 
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 pytestmark = pytest.mark.timeout(300)
 EXAMPLE = ROOT / "examples" / "gpu-stack" / "karpenter-nodeoverlay.yaml"
 SLICE = "nvidia.com/mig-1g.5gb"
@@ -61,7 +62,12 @@ def test_the_example_overlay_lets_karpenter_buy_a_node_for_a_mig_sliced_pod(clus
     overlay = overlay_for_pool(EXAMPLE, "a100")
     cluster.plane.apply([overlay])
 
-    (claim,) = cluster.wait_node_claims(lambda claims: claims, 90, "a NodeClaim once the overlay exists")
-    assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "p4d.24xlarge"
+    # Karpenter creates the NodeClaim first and labels it with what it launched a moment later
+    (claim,) = cluster.wait_node_claims(
+        lambda claims: [c for c in claims if INSTANCE_TYPE in (c["metadata"].get("labels") or {})],
+        90,
+        "a launched NodeClaim once the overlay exists",
+    )
+    assert claim["metadata"]["labels"][INSTANCE_TYPE] == "p4d.24xlarge"
     assert claim["spec"]["resources"]["requests"][SLICE] == "1"
     # (the KWOK provider's node shows only what the pods asked for, so the overlay's counts are not read back here)
