@@ -152,6 +152,15 @@ def values_schema() -> dict[str, Any]:
                         "dashboards": _object({"namespace": _NAME}),
                     }
                 ),
+                "dra": _object(
+                    {
+                        "migDeviceClasses": {
+                            **_BOOL,
+                            "description": "a DeviceClass serving each MIG profile as nvidia.com/mig-<profile> from"
+                            " NVIDIA's DRA driver",
+                        }
+                    }
+                ),
                 "kustomize": {**_BOOL, "description": "render the kustomize base (charts/kustomize-values.yaml)"},
                 # Helm's own, for a chart used as a subchart.
                 "global": {"type": "object"},

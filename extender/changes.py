@@ -1,4 +1,5 @@
-"""What one watch event changes in the cluster state: nodes reduced to `NodeRecord`, pods to (node, requests).
+"""What one watch event changes in the cluster state: nodes reduced to `NodeRecord`, pods to (node, requests),
+NVIDIA's DRA driver's ResourceSlices to `DriverSlice` and ResourceClaims to the devices they hold.
 
 Pure functions, shared by the informer (in its worker threads), the offline list files and the benchmarks.
 A pod counts on its node when bound and not finished; its key is its uid (else namespace/name), as the
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpupack.core.dra import ClaimDevices, DriverSlice, claim_from_json, slice_from_json
 from gpupack.core.kube import Kind
 from gpupack.core.objects import is_daemonset_pod, is_finished, priority_of, started_at
 from gpupack.core.policy import Policy
@@ -59,7 +61,23 @@ class PodChange:
         return PodRecord(self.node or "", self.requests, self.workload, self.rank, self.priority, self.started)
 
 
-Change = NodeChange | PodChange
+@dataclass(frozen=True, slots=True)
+class SliceChange:
+    """A ResourceSlice of NVIDIA's driver to add or replace (`published`), or to forget (`published` None)."""
+
+    name: str
+    published: DriverSlice | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimChange:
+    """A ResourceClaim's devices to count (`claim`), or a deleted claim to forget (`claim` None)."""
+
+    key: str
+    claim: ClaimDevices | None
+
+
+Change = NodeChange | PodChange | SliceChange | ClaimChange
 
 
 def node_change(event_type: str, node: dict[str, Any], policy: Policy) -> NodeChange:
@@ -144,7 +162,39 @@ def reduce_event(
     obj = event["object"]
     if kind == "nodes":
         return node_change(event_type, obj, policy)
+    if kind == "resourceslices":
+        return slice_change(event_type, obj)
+    if kind == "resourceclaims":
+        return claim_change(event_type, obj)
     return pod_change(event_type, obj, policy.time_slicing.resource_name, cache)
+
+
+def slice_change(event_type: str, obj: dict[str, Any]) -> SliceChange:
+    """The change a ResourceSlice event makes; another driver's slice is forgotten (it holds no GPU of ours).
+    Raises ValueError naming the slice and field for a malformed one."""
+    published = None if event_type == "DELETED" else slice_from_json(obj)
+    name = (obj.get("metadata") or {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("ResourceSlice without metadata.name")
+    return SliceChange(name, published)
+
+
+def claim_change(event_type: str, obj: dict[str, Any]) -> ClaimChange:
+    """The change a ResourceClaim event makes. Raises ValueError naming the claim and field for a malformed one."""
+    if event_type == "DELETED":
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("ResourceClaim without metadata.name")
+        return ClaimChange(f"{meta.get('namespace', '')}/{name}", None)
+    claim = claim_from_json(obj)
+    return ClaimChange(claim.key, claim)
+
+
+def _log_unknown(key: str, unknown: list[tuple[str, str]]) -> None:
+    if unknown:
+        names = ", ".join(f"{pool}/{device}" for pool, device in unknown)
+        log.warning("ResourceClaim %s holds devices no ResourceSlice publishes, not counted: %s", key, names)
 
 
 def apply_changes(state: ClusterState, changes: Iterable[Change]) -> None:
@@ -163,6 +213,16 @@ def apply_changes(state: ClusterState, changes: Iterable[Change]) -> None:
                     change.priority,
                     change.started,
                 )
+        elif isinstance(change, SliceChange):
+            if change.published is None:
+                state.remove_slice(change.name)
+            else:
+                state.upsert_slice(change.published)
+        elif isinstance(change, ClaimChange):
+            if change.claim is None:
+                state.remove_claim(change.key)
+            else:
+                _log_unknown(change.key, state.upsert_claim(change.claim))
         elif change.record is None:
             state.remove_node(change.name)
         else:

@@ -1,9 +1,14 @@
-"""Keeps a `ClusterState` current from a list + watch of nodes and pods, the way client-go's reflector does.
+"""Keeps a `ClusterState` current from a list + watch of nodes, pods, ResourceSlices and ResourceClaims, the way
+client-go's reflector does.
 
 Each kind is listed (paginated), applied whole, then watched from the list's resourceVersion; every event and
 bookmark advances that version, so a dropped connection or the server's watch timeout resumes where it stopped.
 `410 Gone` means the version is older than the API server keeps: list again. Other failures back off
 (exponential, capped, jittered; reset once events flow again) and resume the watch.
+
+ResourceSlices and ResourceClaims (DRA) are optional: a cluster without `resource.k8s.io/v1`, or an RBAC that does
+not let the extender read them, answers 404 or 403. That counts as "no DRA devices" (the informer is synced
+without them, logged once) and the list is tried again every `NOT_SERVED_RETRY` seconds.
 
 The blocking client calls run in worker threads, which also reduce each object to the few fields kept
 (`NodeRecord`, a pod's node and requests): 150,000 pods must fit in memory. `ClusterState` is not thread-safe,
@@ -24,18 +29,30 @@ from functools import partial
 from operator import attrgetter
 from typing import Any, Protocol
 
-from gpupack.core.kube import Kind, ResourceExpired
+from gpupack.core.dra import ClaimDevices, DriverSlice
+from gpupack.core.kube import Kind, NotServed, ResourceExpired
 from gpupack.core.policy import Policy
-from gpupack.extender.changes import BAD_OBJECT, Change, PodChange, apply_changes, pod_change, reduce_event
+from gpupack.extender.changes import (
+    BAD_OBJECT,
+    Change,
+    PodChange,
+    apply_changes,
+    claim_change,
+    pod_change,
+    reduce_event,
+    slice_change,
+)
 from gpupack.extender.demand import RequestsCache
 from gpupack.extender.inventory import NodeRecord, node_from_json
-from gpupack.extender.state import ClusterState, PodRecord
+from gpupack.extender.state import ClusterState
 
 _BOUND_AT = attrgetter("bound_at")
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[Kind, ...] = ("nodes", "pods")
+KINDS: tuple[Kind, ...] = ("nodes", "pods", "resourceslices", "resourceclaims")
+NOT_SERVED_RETRY = 300.0
+"""Seconds between lists of a DRA kind the API server does not serve or the extender may not read."""
 
 
 # the seam to gpupack.core.kube ----------------------------------------------------------------------------------
@@ -179,6 +196,8 @@ class Informer:
         self._expired: dict[Kind, int] = dict.fromkeys(KINDS, 0)
         """410s since events last flowed."""
         self._listed_once: set[Kind] = set()
+        self._not_served_kinds: set[Kind] = set()
+        """Optional kinds whose last list was refused (403/404), logged once until a list succeeds."""
         self._requests = RequestsCache()
 
     async def run(self) -> None:
@@ -202,6 +221,9 @@ class Informer:
                 events = await self._watch(kind)
                 if events == 0 and time.monotonic() - started < 1.0:
                     raise ConnectionError("watch closed at once without events")
+            except NotServed as exc:
+                await self._not_served(kind, exc)
+                listed = False
             except ResourceExpired as exc:
                 # list again at once; back off only if 410s repeat with nothing applied in between (or the
                 # list's own continue token expired), so a confused server is not hammered
@@ -212,6 +234,21 @@ class Informer:
                 listed = False
             except Exception as exc:
                 await self._failed(kind, exc)
+
+    async def _not_served(self, kind: Kind, exc: NotServed) -> None:
+        """An optional kind the cluster does not serve or the extender may not read: none of it, synced, retried."""
+        if kind not in self._not_served_kinds:
+            log.warning(
+                "cannot list %s (%d: %s): placement counts device-plugin GPUs only; retrying every %.0fs",
+                kind,
+                exc.code,
+                exc,
+                NOT_SERVED_RETRY,
+                extra={"kind": kind},
+            )
+            self._not_served_kinds.add(kind)
+            self._applied(kind, [], "", 0, counted=False)
+        await asyncio.sleep(NOT_SERVED_RETRY)
 
     async def _failed(self, kind: Kind, exc: Exception) -> None:
         self.counters.errors += 1
@@ -231,19 +268,37 @@ class Informer:
         stop = threading.Event()
         job = asyncio.get_running_loop().run_in_executor(None, self._read_list, kind, self.policy(), stop)
         try:
-            records, pods, version, skipped = await asyncio.shield(job)
+            items, version, skipped = await asyncio.shield(job)
         except asyncio.CancelledError:
             stop.set()
             await asyncio.wait([job])
             raise
+        if kind in self._not_served_kinds:
+            log.info("%s can be read again", kind, extra={"kind": kind})
+            self._not_served_kinds.discard(kind)
+        self._applied(kind, items, version, skipped)
+
+    def _applied(self, kind: Kind, items: list[Any], version: str, skipped: int, counted: bool = True) -> None:
+        """Replace everything of `kind` with a list's `items` (reduced as `_read_list` reduces them); `counted`:
+        a list the server answered (not an optional kind found not served)."""
         if kind == "nodes":
-            self.state.replace_nodes(records)
+            self.state.replace_nodes(items)
+        elif kind == "pods":
+            self.state.replace_pods(items)
+        elif kind == "resourceslices":
+            self.state.replace_slices(items)
         else:
-            self.state.replace_pods(pods)
+            unknown = self.state.replace_claims(items)
+            if unknown:
+                log.warning(
+                    "ResourceClaims hold %d devices no ResourceSlice publishes, not counted: %s",
+                    len(unknown),
+                    ", ".join(f"{pool}/{device}" for pool, device in unknown[:10]),
+                )
         self.resource_versions[kind] = version
         self.counters.skipped += skipped
-        self.counters.lists += 1
-        self.counters.relists += kind in self._listed_once
+        self.counters.lists += counted
+        self.counters.relists += counted and kind in self._listed_once
         self._failures[kind] = 0
         self._listed_once.add(kind)
         if len(self._listed_once) == len(KINDS) and not self.state.synced:
@@ -251,12 +306,13 @@ class Informer:
             self.synced.set()
             log.info("first list applied", extra={"nodes": len(self.state.nodes), "pods": len(self.state.pods)})
 
-    def _read_list(
-        self, kind: Kind, policy: Policy, stop: threading.Event
-    ) -> tuple[list[NodeRecord], list[tuple[str, PodRecord]], str, int]:
-        """In a thread: every page, reduced as it arrives (raw pages are dropped at once)."""
+    def _read_list(self, kind: Kind, policy: Policy, stop: threading.Event) -> tuple[list[Any], str, int]:
+        """In a thread: every page, reduced as it arrives (raw pages are dropped at once). The items are
+        NodeRecords, (key, PodRecord) of bound pods, DriverSlices or ClaimDevices, by kind."""
         records: list[NodeRecord] = []
         pods: list[PodChange] = []
+        published: list[DriverSlice] = []
+        claims: list[ClaimDevices] = []
         version = ""
         skipped = 0
         shared = policy.time_slicing.resource_name
@@ -269,6 +325,16 @@ class Informer:
                     if kind == "nodes":
                         records.append(node_from_json(item, policy))
                         continue
+                    if kind == "resourceslices":
+                        one = slice_change("ADDED", item).published
+                        if one is not None:
+                            published.append(one)
+                        continue
+                    if kind == "resourceclaims":
+                        claim = claim_change("ADDED", item).claim
+                        if claim is not None:
+                            claims.append(claim)
+                        continue
                     change = pod_change("ADDED", item, shared, self._requests)
                 except BAD_OBJECT as exc:
                     skipped += 1
@@ -276,9 +342,14 @@ class Informer:
                     continue
                 if change.node is not None:
                     pods.append(change)
+        if kind == "nodes":
+            return records, version, skipped
+        if kind == "resourceslices":
+            return published, version, skipped
+        if kind == "resourceclaims":
+            return claims, version, skipped
         pods.sort(key=_BOUND_AT)  # the order they were bound, as their GPUs went out (stable: ties keep list order)
-        listed = [(p.key, p.record()) for p in pods if p.node]
-        return records, listed, version, skipped
+        return [(p.key, p.record()) for p in pods if p.node], version, skipped
 
     # watching --------------------------------------------------------------------------------------------------
     async def _watch(self, kind: Kind) -> int:

@@ -9,10 +9,11 @@ when the labels are missing (`1g.5gb` only exists on the A100-40GB).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupack.core import contract
+from gpupack.core.dra import NodeGpus
 from gpupack.core.gpus.catalog import memory_share, mig_model_of
 from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, MIG_CONFIG
 from gpupack.core.policy import Policy
@@ -115,7 +116,9 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
         for r, v in allocatable_raw.items()
         if r in (CPU, MEMORY) or contract.is_gpu_resource(r, policy.time_slicing.resource_name)
     }
-    mig_names = {r.removeprefix(contract.RESOURCE_MIG_PREFIX) for r in allocatable if r.startswith("nvidia.com/mig-")}
+    mig_names = {
+        r.removeprefix(contract.RESOURCE_MIG_PREFIX) for r in allocatable if r.startswith(contract.RESOURCE_MIG_PREFIX)
+    }
     product = str(labels.get(GFD_PRODUCT, ""))
     model = mig_model_of(product, _int_label(labels, GFD_MEMORY), mig_names)
     replicas = _int_label(labels, GFD_REPLICAS) or 1
@@ -146,4 +149,34 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
         shares=shares,
         gpu_capacity=sum(allocatable[r] * share for r, share in shares.items()),
         unschedulable=bool(spec.get("unschedulable")),
+    )
+
+
+def with_gpus(record: NodeRecord, gpus: NodeGpus | None) -> NodeRecord:
+    """`record` with the GPUs a DRA driver publishes for the node (`gpupack.core.dra`), as the extended resources a
+    device plugin would advertise: placement and fragmentation then treat DRA and device-plugin nodes alike.
+    The node's own labels win where they say the same thing (GFD's product and count). A partitionable node's
+    capacity is its physical GPUs: the partitions it offers are alternatives, not all at once."""
+    if gpus is None or not gpus.devices:
+        return record
+    offered = gpus.offered()
+    allocatable = dict(record.allocatable)
+    for resource, count in offered.items():
+        allocatable[resource] = allocatable.get(resource, 0) + count
+    product = record.product or gpus.product
+    mig_names = {
+        r.removeprefix(contract.RESOURCE_MIG_PREFIX) for r in allocatable if r.startswith(contract.RESOURCE_MIG_PREFIX)
+    }
+    model = record.gpu_model or mig_model_of(product, gpus.gpu_memory >> 20 or None, mig_names)
+    shares = {r: gpu_share(model, record.replicas, r) for r in allocatable if r not in (CPU, MEMORY)}
+    gpu_count = min(max(record.gpu_count, gpus.physical_gpus), MAX_NODE_GPUS)
+    capacity = float(gpu_count) if gpus.partitionable else sum(allocatable[r] * share for r, share in shares.items())
+    return replace(
+        record,
+        allocatable=allocatable,
+        product=product,
+        gpu_model=model,
+        gpu_count=gpu_count,
+        shares=shares,
+        gpu_capacity=capacity,
     )

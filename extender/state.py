@@ -7,6 +7,11 @@ Like kube-scheduler's assume cache, a pod ranked first is counted on its node un
 
 Usage per node is kept as running sums updated on each pod event, so a verb never walks the pods.
 
+On nodes whose GPUs a DRA driver publishes, the node's record carries them as extended resources
+(`inventory.with_gpus`): the state keeps each Node's own record and the node's ResourceSlices apart and merges them
+whenever either changes. A ResourceClaim that kube-scheduler did not make for an extended-resource request (those
+devices are the pod's request already) counts on its node as a pod of its own, keyed `resourceclaim:<ns>/<name>`.
+
 The victims the preempt verb agreed to are remembered per preemptor (`ClusterState.preempting`), so that the pod's
 next filter does not refuse the node they die for while the watch has not yet shown them gone.
 """
@@ -18,12 +23,15 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupack.extender.inventory import NodeRecord
+from gpupack.core.dra import ClaimDevices, DriverSlice, GpuDevice, NodeGpus, held_resources, node_gpus
+from gpupack.extender.inventory import NodeRecord, with_gpus
 
 Requests = tuple[tuple[str, int], ...]
 _NOTHING: Mapping[str, int] = {}
 _NO_PODS: Mapping[str, PodRecord] = {}
 CHANGE_LOG = 100_000
+CLAIM_KEY = "resourceclaim:"
+"""The prefix of the key a ResourceClaim's devices are counted under (no pod uid or namespace/name has it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,14 @@ class ClusterState:
         """How many full pod lists replaced the pods (the typical shapes re-count after each)."""
         self.derived: dict[str, object] = {}
         """Per node, a value computed from its record and bound pods (the GPU layout), dropped when either changes."""
+        self._own: dict[str, NodeRecord] = {}
+        """Each node's record as its Node object says (`nodes` holds it merged with its DRA devices)."""
+        self._slices: dict[str, DriverSlice] = {}
+        """NVIDIA's driver's ResourceSlices by name."""
+        self._gpus: dict[str, NodeGpus] = {}
+        """Per node, the GPUs its slices publish."""
+        self._claims: dict[str, ClaimDevices] = {}
+        """ResourceClaims holding the driver's devices, by namespace/name (extended-resource ones excluded)."""
 
     def _touch(self, node: str, bound: bool = True) -> None:
         """Log a change of `node`'s inputs; `bound`: its record or bound pods changed (not only an assumption)."""
@@ -124,19 +140,105 @@ class ClusterState:
     # nodes -------------------------------------------------------------------------------------------------
     def upsert_node(self, node: NodeRecord) -> None:
         """Add or replace a node."""
-        self.nodes[node.name] = node
+        self._own[node.name] = node
+        self.nodes[node.name] = with_gpus(node, self._gpus.get(node.name))
         self._touch(node.name)
 
     def remove_node(self, name: str) -> None:
         """Forget a node (its pods are removed by their own events)."""
+        self._own.pop(name, None)
         self.nodes.pop(name, None)
         self._touch(name)
 
     def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
         """Replace every node (after a full list)."""
-        self.nodes = {n.name: n for n in nodes}
+        self._own = {n.name: n for n in nodes}
+        self.nodes = {name: with_gpus(n, self._gpus.get(name)) for name, n in self._own.items()}
         self.derived = {}
         self.epoch += 1
+
+    # DRA devices -------------------------------------------------------------------------------------------
+    def _regroup(self, node: str) -> None:
+        """Re-read `node`'s GPUs from its slices, merge them into its record, and recount the claims on it."""
+        gpus = node_gpus(node, (s for s in self._slices.values() if s.node == node))
+        if gpus.devices:
+            self._gpus[node] = gpus
+        else:
+            self._gpus.pop(node, None)
+        own = self._own.get(node)
+        if own is not None:
+            self.nodes[node] = with_gpus(own, self._gpus.get(node))
+        self._touch(node)
+        for claim in [c for c in self._claims.values() if any(pool == node for pool, _ in c.devices)]:
+            self._count_claim(claim)
+
+    def upsert_slice(self, published: DriverSlice) -> None:
+        """Add or replace a ResourceSlice of NVIDIA's driver."""
+        old = self._slices.get(published.name)
+        self._slices[published.name] = published
+        if old is not None and old.node != published.node:
+            self._regroup(old.node)
+        self._regroup(published.node)
+
+    def remove_slice(self, name: str) -> None:
+        """Forget a ResourceSlice."""
+        old = self._slices.pop(name, None)
+        if old is not None:
+            self._regroup(old.node)
+
+    def replace_slices(self, slices: Iterable[DriverSlice]) -> None:
+        """Replace every slice (after a full list)."""
+        self._slices = {s.name: s for s in slices}
+        nodes = {s.node for s in self._slices.values()}
+        self._gpus = {
+            n: g for n in nodes if (g := node_gpus(n, (s for s in self._slices.values() if s.node == n))).devices
+        }
+        self.nodes = {name: with_gpus(n, self._gpus.get(name)) for name, n in self._own.items()}
+        self.derived = {}
+        self.epoch += 1
+        for claim in list(self._claims.values()):
+            self._count_claim(claim)
+
+    def gpus_of(self, node: str) -> NodeGpus | None:
+        """The GPUs a DRA driver publishes for `node` (None on a device-plugin node)."""
+        return self._gpus.get(node)
+
+    def _device(self, pool: str, name: str) -> GpuDevice | None:
+        gpus = self._gpus.get(pool)
+        return None if gpus is None else next((d for d in gpus.devices if d.name == name), None)
+
+    def _count_claim(self, claim: ClaimDevices) -> list[tuple[str, str]]:
+        """Count a claim's devices as a pod on their node; returns the devices no slice publishes."""
+        devices = {(pool, name): d for pool, name in claim.devices if (d := self._device(pool, name)) is not None}
+        held = held_resources(claim, devices)
+        key = CLAIM_KEY + claim.key
+        node, requests = next(iter(held.items()), (None, {}))
+        self.upsert_pod(key, node, tuple(sorted(requests.items())))
+        return [d for d in claim.devices if d not in devices]
+
+    def upsert_claim(self, claim: ClaimDevices) -> list[tuple[str, str]]:
+        """Add or replace a ResourceClaim. Returns the (pool, device) it holds that no slice publishes (not
+        counted; the caller logs them). A claim kube-scheduler made for an extended-resource request counts
+        nothing: its devices are the pod's request."""
+        if claim.extended or not claim.devices:
+            self.remove_claim(claim.key)
+            return []
+        self._claims[claim.key] = claim
+        return self._count_claim(claim)
+
+    def remove_claim(self, key: str) -> None:
+        """Forget a ResourceClaim (deleted, or no longer holding devices)."""
+        if self._claims.pop(key, None) is not None:
+            self.upsert_pod(CLAIM_KEY + key, None, ())
+
+    def replace_claims(self, claims: Iterable[ClaimDevices]) -> list[tuple[str, str]]:
+        """Replace every claim (after a full list); returns the devices no slice publishes."""
+        for key in list(self._claims):
+            self.remove_claim(key)
+        unknown: list[tuple[str, str]] = []
+        for claim in claims:
+            unknown += self.upsert_claim(claim)
+        return unknown
 
     # pods --------------------------------------------------------------------------------------------------
     def upsert_pod(
@@ -189,6 +291,8 @@ class ClusterState:
         self.derived = {}
         for key in [k for k in self._assumed if k in self.pods]:
             self._forget_assumed(key)
+        for claim in list(self._claims.values()):  # the claims' devices are not pods: they stay counted
+            self._count_claim(claim)
         self.epoch += 1
 
     # the assume cache --------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpupack.core.kube import CLUSTER_LISTS, resource_name
+from gpupack.core.kube import CLUSTER_LISTS, DRA_CLUSTER_LISTS, resource_name
 from gpupack.report.promql import PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS
 from gpupack.testing.control_plane import ROOT, ControlPlane, Kubelet, env_without_proxy, wait_until
 from gpupack.testing.net import free_port
@@ -38,7 +38,9 @@ A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
 MERGE = "application/merge-patch+json"
 
 
-def cluster_role(name: str, lists: tuple[tuple[str, str, str], ...] = CLUSTER_LISTS) -> list[dict[str, Any]]:
+def cluster_role(
+    name: str, lists: tuple[tuple[str, str, str], ...] = CLUSTER_LISTS + DRA_CLUSTER_LISTS
+) -> list[dict[str, Any]]:
     """A ServiceAccount `name` with `list` on `lists`' resources, cluster-wide: what an admin gives the report."""
     rules = [{"apiGroups": [group], "resources": [resource], "verbs": ["list"]} for _, group, resource in lists]
     meta = {"name": name}
@@ -212,7 +214,7 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
     user = service_account_user(NAMESPACE, READER)
     made = cluster.audit.requests(since, user)
     assert refusals(made) == []
-    assert verbs(made) == {("list", group, resource) for _, group, resource in CLUSTER_LISTS}
+    assert verbs(made) == {("list", group, resource) for _, group, resource in CLUSTER_LISTS + DRA_CLUSTER_LISTS}
     assert all(r.namespace is None for r in made)  # all namespaces
     events = [r.uri for r in made if r.resource == "events"]
     # the API server sends only kube-scheduler's preemptions and Karpenter's blocked disruptions, a list each
@@ -274,8 +276,19 @@ def test_without_one_list_permission_the_report_refuses_in_one_line_naming_the_r
     assert f"the report needs list on {', '.join(first)} and {last}" in line
 
 
+def test_without_the_dra_lists_the_report_counts_device_plugin_gpus_and_says_so(cluster: Cluster) -> None:
+    cluster.plane.apply(cluster_role("report-without-dra", CLUSTER_LISTS))
+    kubeconfig = cluster.plane.service_account_kubeconfig(NAMESPACE, "report-without-dra")
+    done = report(cluster, "--kubeconfig", str(kubeconfig))
+    assert done.returncode == 0, done.stderr
+    assert "cannot list resourceslices.resource.k8s.io (403): the report counts device-plugin GPUs only" in done.stderr
+    assert judged(done) == judged(report(cluster, "--kubeconfig", str(cluster.kubeconfig)))
+
+
 def test_the_report_page_names_the_permissions_the_report_reads_with() -> None:
     text = " ".join((ROOT / "docs" / "admins" / "report.md").read_text().split())
     wanted = ", ".join(f"`{resource_name(group, resource)}`" for _, group, resource in CLUSTER_LISTS[:-1])
     last = resource_name(*CLUSTER_LISTS[-1][1:])
     assert f"needs `list` on {wanted} and `{last}`" in text
+    dra = " and ".join(f"`{resource_name(group, resource)}`" for _, group, resource in DRA_CLUSTER_LISTS)
+    assert f"also needs `list` on {dra}" in text

@@ -49,7 +49,7 @@ from gpupack.core.policy import SchedulerPolicy, parse_policy
 from gpupack.core.server import ServeOptions
 from gpupack.core.telemetry import LeaseMetrics
 from gpupack.demo.cluster import leader_lease
-from gpupack.extender.informer import Backoff, Informer
+from gpupack.extender.informer import KINDS, Backoff, Informer
 from gpupack.extender.service import ExtenderConfig, build_app, load_lists
 from gpupack.extender.state import ClusterState
 from gpupack.testing.control_plane import ControlPlane, tools, wait_until
@@ -393,7 +393,7 @@ class Recording:
 
     inner: RawListWatch
     lists: list[tuple[Kind, str]] = field(default_factory=list)
-    pages_read: dict[str, int] = field(default_factory=lambda: {"nodes": 0, "pods": 0})
+    pages_read: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     watches: list[tuple[Kind, str]] = field(default_factory=list)
     bookmarks: list[tuple[Kind, str]] = field(default_factory=list)
     hold: dict[str, threading.Event] = field(default_factory=dict)
@@ -540,7 +540,7 @@ async def test_first_list_fills_the_cache_page_by_page_and_only_then_it_is_synce
         assert uid(pending) not in w.state.pods  # pending: not counted
         # two objects a page: every page was read, through the API server's continue tokens
         assert w.source.pages_read["pods"] >= 2 and w.source.pages_read["nodes"] >= 2
-        assert w.informer.counters.lists == 2
+        assert w.informer.counters.lists == len(KINDS)
         await w.matches_api()
 
 
@@ -623,7 +623,7 @@ async def test_a_bookmark_moves_the_version_the_next_watch_starts_from(cluster: 
         await w.until(marked, "a pods bookmark past the last pod event")
         await w.until(lambda: any(("pods", v) in w.source.watches for v in marked()), "a watch from the bookmark")
         assert int(w.informer.resource_versions["pods"]) > last_pod
-        assert w.informer.counters.lists == 2 and w.informer.counters.relists == 0  # no list again
+        assert w.informer.counters.lists == len(KINDS) and w.informer.counters.relists == 0  # no list again
         assert w.state.pods == pods_before
 
 
@@ -649,7 +649,7 @@ async def test_a_dropped_connection_resumes_from_the_last_version_and_catches_up
         w.link.restore()
         await w.until(lambda: w.gpus_used("drop-n3") == 2 and w.gpus_used("drop-n1") == 2, "events caught up")
         assert ("pods", seen) in w.source.watches[watched:]  # resumed from where it stopped
-        assert w.informer.counters.lists == 2 and w.informer.counters.relists == 0
+        assert w.informer.counters.lists == len(KINDS) and w.informer.counters.relists == 0
         assert w.informer.counters.errors >= 1
         await w.matches_api()
 
@@ -671,7 +671,7 @@ async def test_a_restarted_api_server_ends_the_watch_and_its_410_relists_the_cac
         delete(plane, "/api/v1/nodes/restart-n1")
         gpu_node(plane, "restart-n1", {GPU: "4"})
         w.link.restore()
-        await w.until(lambda: w.informer.counters.relists == 2, "both kinds listed again")
+        await w.until(lambda: w.informer.counters.relists == len(KINDS), "every kind listed again")
         assert any("too old resource version" in line for line in w.log.lines), w.log.lines[-5:]
         assert w.gpus_used("restart-n2") == 4 and w.gpus_used("restart-n1") == 1
         assert w.allocatable("restart-n1")[GPU] == 4
@@ -703,7 +703,7 @@ async def test_a_watch_whose_version_was_compacted_away_gets_410_and_lists_again
         assert all(int(v) < revision for v in stale.values())
         lists = len(w.source.lists)
         w.link.restore()
-        await w.until(lambda: w.informer.counters.relists == 2, "both kinds listed again")
+        await w.until(lambda: w.informer.counters.relists == len(KINDS), "every kind listed again")
         assert any("resourceVersion expired" in line for line in w.log.lines)
         await w.until(lambda: w.gpus_used("gone-n3") == 2, "e counted")
         assert w.gpus_used("gone-n1") == 1 and w.gpus_used("gone-n2") == 1
@@ -729,7 +729,7 @@ async def test_a_continue_token_expired_mid_list_lists_again_from_the_start(unca
         gate.set()
         await w.synced()
         assert [kind for kind, _ in w.source.lists].count("pods") == 2  # listed again, from the first page
-        assert w.informer.counters.lists == 2 and w.informer.counters.errors >= 1
+        assert w.informer.counters.lists == len(KINDS) and w.informer.counters.errors >= 1
         assert uid(late) in w.state.pods and w.gpus_used("token-n1") == 6
         await w.matches_api()
 
@@ -817,7 +817,7 @@ async def test_extender_service_serves_from_the_watch_once_listed(cluster: Clust
         body = await (await client_.post("/filter", json=args)).json()
         assert body["FailedNodes"] == {"svc-n1": f"0 of 8 {GPU} free, pod needs 1"}
         metrics = await (await client_.get("/metrics")).text()
-        assert "gpupack_extender_watch_lists_total 2.0" in metrics
+        assert f"gpupack_extender_watch_lists_total {len(KINDS)}.0" in metrics
     finally:
         link.close()
 

@@ -31,6 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpupack.core import contract
 from gpupack.core.cluster import UNKNOWN, ClusterFacts, PriorityClassInfo, facts, remembered
+from gpupack.core.dra import DEVICE_CLASSES, RESOURCE_SLICES, gpus_by_node
 from gpupack.core.lease import LeaseUnreadable
 from gpupack.core.telemetry import ClusterReadMetrics
 
@@ -92,6 +93,24 @@ def offered_by_node_overlays(overlays: Iterable[Any]) -> frozenset[str]:
     return frozenset(found)
 
 
+def offered_by_device_classes(classes: Iterable[Any], slices: Iterable[Any]) -> frozenset[str]:
+    """NVIDIA extended resources that kube-scheduler can satisfy from DRA devices (`DRAExtendedResource`): those a
+    DeviceClass names in `spec.extendedResourceName` and that some published device of NVIDIA's driver amounts
+    to (`gpupack.core.dra`: a whole GPU is `nvidia.com/gpu`, a MIG device `nvidia.com/mig-<profile>`). The class's
+    CEL selector is taken to pick those devices, as the driver's own classes and gpupack's per-profile ones do.
+    Malformed classes and slices offer nothing (logged)."""
+    named: set[str] = set()
+    for device_class in classes:
+        spec = device_class.get("spec") if isinstance(device_class, dict) else None
+        name = spec.get("extendedResourceName") if isinstance(spec, dict) else None
+        if isinstance(name, str) and name.startswith(contract.NVIDIA_RESOURCE_PREFIX):
+            named.add(name)
+    if not named:
+        return frozenset()
+    published = {device.resource for gpus in gpus_by_node(slices).values() for device in gpus.devices}
+    return frozenset(named & published)
+
+
 def facts_from_lists(priority_class_list: dict[str, Any] | None, node_list: dict[str, Any] | None) -> ClusterFacts:
     """Facts from `kubectl get priorityclasses,nodes -o json`-style lists; a None list stays unknown."""
     classes = priority_classes_from(priority_class_list.get("items") or []) if priority_class_list else None
@@ -139,16 +158,16 @@ def list_pages(
 
 
 class KubeClusterReader:
-    """Lists PriorityClasses, nodes and Karpenter's NodeOverlays (paginated, `page_size` objects a request) through
-    the kubernetes client."""
+    """Lists PriorityClasses, nodes, Karpenter's NodeOverlays, DeviceClasses and ResourceSlices (paginated,
+    `page_size` objects a request) through the kubernetes client."""
 
     def __init__(self, api: client.ApiClient, page_size: int = PAGE_SIZE) -> None:
         self._scheduling = client.SchedulingV1Api(api)
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._page_size = page_size
-        self._overlays_unread: int | None = None
-        """The status of the last NodeOverlay list that failed (logged once per status)."""
+        self._unread: dict[str, int] = {}
+        """Per optional kind (plural), the status of its last list that failed (logged once per status)."""
 
     def _pages(self, call: Callable[..., Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -159,25 +178,38 @@ class KubeClusterReader:
     def read(self) -> ClusterFacts:
         """One consistent-enough snapshot (two lists, each paginated)."""
         classes = priority_classes_from(self._pages(self._scheduling.list_priority_class))
-        advertised = advertised_from(self._pages(self._core.list_node)) | self._overlay_resources()
+        advertised = (
+            advertised_from(self._pages(self._core.list_node)) | self._overlay_resources() | self._dra_resources()
+        )
         return facts(classes, advertised, time.time())
 
-    def _overlay_resources(self) -> frozenset[str]:
-        """What Karpenter's NodeOverlays offer; nothing where Karpenter is not installed (404) or gpupack may not
-        read them (403, an older chart's RBAC), logged once."""
-        group, version, plural = NODE_OVERLAYS
-        call = partial(self._custom.list_cluster_custom_object, group, version, plural)
+    def _optional(self, what: str, kind: tuple[str, str, str]) -> list[dict[str, Any]] | None:
+        """Every object of a cluster-scoped kind that may be absent: None where it is not served (404) or gpupack
+        may not read it (403, an older chart's RBAC; logged once per kind and status)."""
+        group, version, plural = kind
         try:
-            items = self._pages(call)
+            items = self._pages(partial(self._custom.list_cluster_custom_object, group, version, plural))
         except ApiException as exc:
             if exc.status not in (403, 404):
                 raise
-            if exc.status == 403 and self._overlays_unread != exc.status:
-                log.warning("cannot list Karpenter's NodeOverlays (403): sizing ignores what they offer")
-            self._overlays_unread = exc.status
+            if exc.status == 403 and self._unread.get(plural) != exc.status:
+                log.warning("cannot list %s (403): sizing ignores what they offer", what)
+            self._unread[plural] = exc.status
+            return None
+        self._unread.pop(plural, None)
+        return items
+
+    def _overlay_resources(self) -> frozenset[str]:
+        """What Karpenter's NodeOverlays offer; nothing where Karpenter is not installed."""
+        overlays = self._optional("Karpenter's NodeOverlays", NODE_OVERLAYS)
+        return offered_by_node_overlays(overlays or [])
+
+    def _dra_resources(self) -> frozenset[str]:
+        """What DRA devices offer as extended resources; nothing without DeviceClasses that name one."""
+        classes = self._optional("DeviceClasses", DEVICE_CLASSES)
+        if not classes:
             return frozenset()
-        self._overlays_unread = None
-        return offered_by_node_overlays(items)
+        return offered_by_device_classes(classes, self._optional("ResourceSlices", RESOURCE_SLICES) or [])
 
 
 class ClusterFactsCache:
@@ -236,6 +268,12 @@ CLUSTER_LISTS: Final[tuple[tuple[str, str, str], ...]] = (
 )
 """What `gpupack report` lists, in all namespaces, as (kind, API group, resource): its RBAC is `list` on each of
 these resources in a ClusterRole bound by a ClusterRoleBinding, and nothing else."""
+DRA_CLUSTER_LISTS: Final[tuple[tuple[str, str, str], ...]] = (
+    ("ResourceSlice", "resource.k8s.io", "resourceslices"),
+    ("ResourceClaim", "resource.k8s.io", "resourceclaims"),
+)
+"""What `gpupack report` lists too where the cluster serves it: the GPUs a DRA driver publishes and the claims
+holding them. A 404 (no `resource.k8s.io/v1`) or 403 (a ClusterRole without them) leaves them out, logged."""
 EVENT_REASONS: Final = ("Preempted", "DisruptionBlocked", "Unconsolidatable")
 """The Events the report lists: those kube-scheduler writes on each pod it preempts, and those Karpenter writes on a
 node it may not or cannot disrupt. The API server filters core/v1 Events by `reason` (one value per list: a field
@@ -269,15 +307,25 @@ class KubeClusterObjects:
             ("Event", "events", partial(core.list_event_for_all_namespaces, field_selector=f"reason={reason}"))
             for reason in EVENT_REASONS
         ]
+        dra = client.ResourceV1Api(api)
+        self._optional: list[tuple[str, str, Callable[..., Any]]] = [
+            ("ResourceSlice", "resourceslices.resource.k8s.io", dra.list_resource_slice),
+            ("ResourceClaim", "resourceclaims.resource.k8s.io", dra.list_resource_claim_for_all_namespaces),
+        ]
 
     def read(self) -> list[dict[str, Any]]:
         """Every object of the five kinds. Raises `KubeCallFailed` naming the list that failed (`LIST
         poddisruptionbudgets.policy`) with the API server's status and message, or "no answer"."""
         objects: list[dict[str, Any]] = []
-        for kind, resource, call in self._calls:
+        for kind, resource, call in [*self._calls, *self._optional]:
             try:
                 for page, _ in list_pages(call):
                     objects += [{**item, "kind": kind} for item in page if isinstance(item, dict)]
+            except ApiException as exc:
+                if (kind, resource, call) in self._optional and exc.status in (403, 404):
+                    log.warning("cannot list %s (%s): the report counts device-plugin GPUs only", resource, exc.status)
+                    continue
+                raise _call_failed(f"LIST {resource}", exc) from exc
             except Exception as exc:
                 raise _call_failed(f"LIST {resource}", exc) from exc
         return objects
@@ -327,8 +375,11 @@ class KubeLeaseReader:
 
 # list + watch ------------------------------------------------------------------------------------------------
 
-Kind = Literal["nodes", "pods"]
-"""What the extender lists and watches (all namespaces for pods)."""
+Kind = Literal["nodes", "pods", "resourceslices", "resourceclaims"]
+"""What the extender lists and watches (all namespaces for pods and claims)."""
+OPTIONAL_KINDS: Final[frozenset[str]] = frozenset({"resourceslices", "resourceclaims"})
+"""Kinds a cluster may not serve (`resource.k8s.io/v1` is GA from Kubernetes 1.34) or an older chart's RBAC may
+not let the extender read: without them the extender places pods on device-plugin nodes alone."""
 
 
 class WatchError(Exception):
@@ -337,6 +388,10 @@ class WatchError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+
+
+class NotServed(WatchError):
+    """A list or watch of an optional kind refused with 403 or 404: the API is not served or not allowed."""
 
 
 class ResourceExpired(WatchError):
@@ -402,16 +457,29 @@ class RawWatch:
             self._response.release_conn()
 
 
+def _list_error(kind: Kind, exc: ApiException) -> Exception:
+    """What a failed list or watch raises: ResourceExpired on 410, NotServed on 403/404 of an optional kind."""
+    if exc.status == 410:
+        return ResourceExpired(410, str(exc.reason))
+    if exc.status in (403, 404) and kind in OPTIONAL_KINDS:
+        return NotServed(int(exc.status), str(exc.reason))
+    return exc
+
+
 class RawListWatch:
-    """Lists and watches nodes and pods as plain dicts through the kubernetes client; blocking calls."""
+    """Lists and watches nodes, pods, ResourceSlices and ResourceClaims as plain dicts through the kubernetes
+    client; blocking calls."""
 
     def __init__(
         self, api: client.ApiClient, page_size: int = PAGE_SIZE, request_timeout: float = REQUEST_TIMEOUT
     ) -> None:
         core = client.CoreV1Api(api)
+        resource = client.ResourceV1Api(api)
         self._calls: dict[Kind, Callable[..., Any]] = {
             "nodes": core.list_node,
             "pods": core.list_pod_for_all_namespaces,
+            "resourceslices": resource.list_resource_slice,
+            "resourceclaims": resource.list_resource_claim_for_all_namespaces,
         }
         self._page_size = page_size
         self._request_timeout = request_timeout
@@ -422,9 +490,7 @@ class RawListWatch:
         try:
             yield from list_pages(self._calls[kind], self._page_size, self._request_timeout)
         except ApiException as exc:
-            if exc.status == 410:
-                raise ResourceExpired(410, str(exc.reason)) from exc
-            raise
+            raise _list_error(kind, exc) from exc
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` and the resourceVersion to watch from."""
@@ -449,9 +515,7 @@ class RawListWatch:
                 _request_timeout=(self._request_timeout, timeout_seconds + self._request_timeout),
             )
         except ApiException as exc:
-            if exc.status == 410:
-                raise ResourceExpired(410, str(exc.reason)) from exc
-            raise
+            raise _list_error(kind, exc) from exc
         return RawWatch(response)
 
 

@@ -1,5 +1,6 @@
 """The cluster the report judges: nodes, pods, PodDisruptionBudgets, DaemonSets and Events as the API returns them,
-from `kubectl get nodes,pods,pdb,daemonsets,events -A -o json` or read through the API
+with the ResourceSlices of a DRA driver's GPUs where there are any, from
+`kubectl get nodes,pods,pdb,daemonsets,events,resourceslices -A -o json` or read through the API
 (`gpupack.core.kube.KubeClusterObjects`, which lists only the Events kube-scheduler writes on preemption victims).
 
 Objects stay raw JSON (the findings read a few fields each); this module answers the questions several findings
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupack.core import contract
+from gpupack.core.dra import gpus_by_node, node_with_gpus
 from gpupack.core.objects import controller_of, is_finished, labels_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
@@ -23,7 +25,14 @@ from gpupack.extender.inventory import node_from_json
 
 MAX_CLUSTER_BYTES = 2 * 1024**3
 """The largest cluster file read (150,000 pods are about 1 GB of `kubectl get -o json`)."""
-KINDS = {"Node": "nodes", "Pod": "pods", "PodDisruptionBudget": "pdbs", "DaemonSet": "daemonsets", "Event": "events"}
+KINDS = {
+    "Node": "nodes",
+    "Pod": "pods",
+    "PodDisruptionBudget": "pdbs",
+    "DaemonSet": "daemonsets",
+    "Event": "events",
+    "ResourceSlice": "resourceslices",
+}
 
 
 class ClusterError(ValueError):
@@ -118,14 +127,17 @@ def gpu_nodes_of(cluster: Cluster, policy: Policy) -> list[dict[str, Any]]:
 
 
 def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") -> Cluster:
-    """Group objects by kind; other kinds are ignored (a `kubectl get all` output works too)."""
+    """Group objects by kind; other kinds are ignored (a `kubectl get all` output works too). A node whose GPUs
+    a DRA driver publishes in ResourceSlices is read with them in its allocatable (`dra.node_with_gpus`), as the
+    device plugin would list them, so every finding counts them."""
     grouped: dict[str, list[dict[str, Any]]] = {v: [] for v in KINDS.values()}
     for obj in objects:
         group = KINDS.get(str(obj.get("kind") or ""))
         if group is not None and isinstance(obj, dict):
             grouped[group].append(obj)
+    gpus = gpus_by_node(grouped["resourceslices"])
     return Cluster(
-        nodes=tuple(grouped["nodes"]),
+        nodes=tuple(dict(node_with_gpus(n, gpus.get(name(n)))) for n in grouped["nodes"]),
         pods=tuple(grouped["pods"]),
         pdbs=tuple(grouped["pdbs"]),
         daemonsets=tuple(grouped["daemonsets"]),

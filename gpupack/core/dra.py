@@ -1,0 +1,366 @@
+"""GPUs a Dynamic Resource Allocation driver publishes, and the claims that hold them (docs/platform/dra.md).
+
+On a node whose GPUs come from NVIDIA's DRA driver (`gpu.nvidia.com`) the Node object says nothing about them:
+`status.allocatable` has no `nvidia.com/*`. The driver publishes each GPU and each MIG device as a device of a
+ResourceSlice (pool = the node's name), and kube-scheduler records what it hands out in ResourceClaims. This
+module is the one owner of those facts: it reads slices and claims into small records, and says what a node's
+devices amount to in the vocabulary the rest of gpupack speaks, the device plugin's resource names (a whole GPU
+is one `nvidia.com/gpu`, a MIG device one `nvidia.com/mig-<profile>`). That is also the name a pod asks for when a
+DeviceClass's `extendedResourceName` lets kube-scheduler satisfy a plain extended-resource request from DRA
+devices, so placement, fragmentation and the report treat both kinds of node with the same code.
+
+Partitionable GPUs (`DRAPartitionableDevices`) publish every MIG placement a GPU could be carved into, each
+consuming the GPU's shared counters. Counting those devices would offer a GPU several times over; a node offers,
+per profile, the instances of it its GPUs can hold at once (`offered`), and its capacity is its physical GPUs.
+
+Everything here is pure. A malformed object raises ValueError naming the object and the field; callers skip it
+with a logged reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from gpupack.core import contract
+from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT
+from gpupack.core.quantity import QuantityError, parse_quantity
+
+log = logging.getLogger(__name__)
+
+DRIVER: Final = "gpu.nvidia.com"
+"""NVIDIA's GPU DRA driver: its devices are the GPUs gpupack counts; other drivers' devices are left alone."""
+RESOURCE_SLICES: Final = ("resource.k8s.io", "v1", "resourceslices")
+RESOURCE_CLAIMS: Final = ("resource.k8s.io", "v1", "resourceclaims")
+DEVICE_CLASSES: Final = ("resource.k8s.io", "v1", "deviceclasses")
+EXTENDED_RESOURCE_CLAIM: Final = "resource.kubernetes.io/extended-resource-claim"
+"""The annotation (value "true") kube-scheduler puts on the claim it makes for a pod's extended-resource request
+satisfied by DRA devices. Such a claim's devices are already counted as the pod's request."""
+MAX_DEVICES: Final = 1024
+"""More devices than any slice holds (the API allows 128 per slice; a DGX with 8 GPUs publishes a few hundred
+partitions): a larger count is refused rather than expanded."""
+
+Kind = Literal["gpu", "mig"]
+Counters = tuple[tuple[str, int], ...]
+"""(counter, amount), sorted: what a device consumes from one counter set, or what a set holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One device of NVIDIA's driver: a whole GPU or a MIG device."""
+
+    name: str
+    kind: Kind
+    product: str
+    """The GPU's `productName` (`NVIDIA A100-SXM4-40GB`)."""
+    profile: str
+    """The MIG profile (`1g.5gb`); empty for a whole GPU."""
+    physical: str
+    """The physical GPU it is on: its own `uuid` for a GPU, `parentUUID` for a MIG device, else its counter set,
+    else its name. Devices with the same value share one GPU."""
+    memory: int
+    """Its `memory` capacity, in bytes (0 when not published)."""
+    consumes: tuple[tuple[str, Counters], ...] = ()
+    """(counter set, counters) it takes while allocated: only partitionable devices consume counters."""
+
+    @property
+    def resource(self) -> str:
+        """The extended resource a device plugin would advertise it as."""
+        return contract.RESOURCE_GPU if self.kind == "gpu" else contract.mig_resource(self.profile)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSlice:
+    """What one ResourceSlice of NVIDIA's driver publishes for one node."""
+
+    name: str
+    node: str
+    pool: str
+    generation: int
+    devices: tuple[GpuDevice, ...] = ()
+    counter_sets: tuple[tuple[str, Counters], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDevices:
+    """The devices of NVIDIA's driver one ResourceClaim holds."""
+
+    key: str
+    """`namespace/name`."""
+    devices: tuple[tuple[str, str], ...]
+    """(pool, device) of each allocated device of `DRIVER`."""
+    extended: bool
+    """Made by kube-scheduler for an extended-resource request (counted as the pod's request, not again)."""
+    pods: tuple[str, ...] = ()
+    """UIDs of the pods it is reserved for."""
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list")
+    return value
+
+
+def _name(obj: Any, kind: str) -> tuple[Mapping[str, Any], str]:
+    meta = _object(obj.get("metadata") if isinstance(obj, dict) else None, f"{kind}.metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{kind} without metadata.name")
+    return meta, name
+
+
+def _attribute(attributes: Mapping[str, Any], key: str) -> str:
+    """A string or version attribute, by its bare name or qualified with the driver's domain ("" when absent)."""
+    value = attributes.get(key, attributes.get(f"{DRIVER}/{key}"))
+    if not isinstance(value, dict):
+        return ""
+    text = value.get("string", value.get("version"))
+    return text if isinstance(text, str) else ""
+
+
+def _counters(value: Any, where: str) -> Counters:
+    counters: dict[str, int] = {}
+    for name, counter in _object(value, where).items():
+        amount = _object(counter, f"{where}.{name}").get("value")
+        if not isinstance(amount, (str, int, float)):
+            raise ValueError(f"{where}.{name}.value is missing")
+        try:
+            counters[str(name)] = int(parse_quantity(amount))
+        except QuantityError as exc:
+            raise ValueError(f"{where}.{name}.value: {exc}") from exc
+    return tuple(sorted(counters.items()))
+
+
+def _device(raw: Any, where: str) -> GpuDevice | None:
+    """A GPU or MIG device; None for the driver's other device types (a VFIO GPU, say)."""
+    device = _object(raw, where)
+    name = device.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}.name is missing")
+    attributes = _object(device.get("attributes"), f"{where}.attributes")
+    kind = _attribute(attributes, "type")
+    if kind not in ("gpu", "mig"):
+        return None
+    profile = _attribute(attributes, "profile")
+    if kind == "mig" and not profile:
+        raise ValueError(f"{where} ({name}): a MIG device without the profile attribute")
+    memory_raw = _object(_object(device.get("capacity"), f"{where}.capacity").get("memory"), f"{where}.capacity.memory")
+    try:
+        memory = int(parse_quantity(memory_raw["value"])) if "value" in memory_raw else 0
+    except QuantityError as exc:
+        raise ValueError(f"{where}.capacity.memory.value: {exc}") from exc
+    consumes = tuple(
+        (
+            str(_object(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
+            _counters(c.get("counters"), f"{where}.consumesCounters[{i}].counters"),
+        )
+        for i, c in enumerate(_list(device.get("consumesCounters"), f"{where}.consumesCounters"))
+    )
+    own = _attribute(attributes, "uuid" if kind == "gpu" else "parentUUID")
+    physical = own or (consumes[0][0] if consumes else "") or name
+    typed: Kind = "gpu" if kind == "gpu" else "mig"
+    return GpuDevice(name, typed, _attribute(attributes, "productName"), profile, physical, memory, consumes)
+
+
+def slice_from_json(obj: Any) -> DriverSlice | None:
+    """The GPUs one ResourceSlice publishes; None for another driver's slice or one not bound to a node. Raises
+    ValueError naming the slice and the field that cannot be read."""
+    _, name = _name(obj, "ResourceSlice")
+    spec = _object(obj.get("spec"), f"ResourceSlice {name}: spec")
+    if spec.get("driver") != DRIVER:
+        return None
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        return None  # network-attached devices (nodeSelector, allNodes) are not a node's GPUs
+    pool = _object(spec.get("pool"), f"ResourceSlice {name}: spec.pool")
+    generation = pool.get("generation", 0)
+    if not isinstance(generation, int) or isinstance(generation, bool):
+        raise ValueError(f"ResourceSlice {name}: spec.pool.generation must be an integer")
+    raw_devices = _list(spec.get("devices"), f"ResourceSlice {name}: spec.devices")
+    if len(raw_devices) > MAX_DEVICES:
+        raise ValueError(f"ResourceSlice {name}: {len(raw_devices)} devices, more than any slice holds")
+    devices = tuple(
+        d for i, raw in enumerate(raw_devices) if (d := _device(raw, f"ResourceSlice {name}: spec.devices[{i}]"))
+    )
+    sets = tuple(
+        (
+            str(_object(s, f"ResourceSlice {name}: spec.sharedCounters[{i}]").get("name") or ""),
+            _counters(s.get("counters"), f"ResourceSlice {name}: spec.sharedCounters[{i}].counters"),
+        )
+        for i, s in enumerate(_list(spec.get("sharedCounters"), f"ResourceSlice {name}: spec.sharedCounters"))
+    )
+    return DriverSlice(name, node, str(pool.get("name") or node), generation, devices, sets)
+
+
+def claim_from_json(obj: Any) -> ClaimDevices:
+    """The devices of NVIDIA's driver a ResourceClaim holds (none while it is not allocated). Raises ValueError
+    naming the claim and the field that cannot be read."""
+    meta, name = _name(obj, "ResourceClaim")
+    where = f"ResourceClaim {meta.get('namespace', '')}/{name}"
+    status = _object(obj.get("status"), f"{where}: status")
+    allocation = _object(status.get("allocation"), f"{where}: status.allocation")
+    results = _list(_object(allocation.get("devices"), f"{where}: status.allocation.devices").get("results"), where)
+    devices: list[tuple[str, str]] = []
+    for i, raw in enumerate(results):
+        result = _object(raw, f"{where}: status.allocation.devices.results[{i}]")
+        if result.get("driver") != DRIVER:
+            continue
+        pool, device = result.get("pool"), result.get("device")
+        if not isinstance(pool, str) or not isinstance(device, str) or not pool or not device:
+            raise ValueError(f"{where}: status.allocation.devices.results[{i}] without pool or device")
+        devices.append((pool, device))
+    annotations = _object(meta.get("annotations"), f"{where}: metadata.annotations")
+    pods = tuple(
+        str(r.get("uid") or "")
+        for r in _list(status.get("reservedFor"), f"{where}: status.reservedFor")
+        if isinstance(r, dict) and r.get("resource") == "pods"
+    )
+    return ClaimDevices(
+        f"{meta.get('namespace', '')}/{name}",
+        tuple(devices),
+        annotations.get(EXTENDED_RESOURCE_CLAIM) == "true",
+        pods,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    """Every GPU device the driver publishes for one node (its pool's slices together)."""
+
+    node: str
+    devices: tuple[GpuDevice, ...]
+    counter_sets: Mapping[str, Counters] = field(default_factory=dict)
+
+    @property
+    def product(self) -> str:
+        """The product name of its GPUs (the first device's: a node has one model)."""
+        return next((d.product for d in self.devices if d.product), "")
+
+    @property
+    def gpu_memory(self) -> int:
+        """One whole GPU's memory in bytes (0 when no whole-GPU device says)."""
+        return max((d.memory for d in self.devices if d.kind == "gpu"), default=0)
+
+    @property
+    def physical_gpus(self) -> int:
+        """Physical GPUs: distinct GPUs that devices are on."""
+        return len({d.physical for d in self.devices})
+
+    @property
+    def partitionable(self) -> bool:
+        """Whether its devices are carved from shared counters (dynamic MIG) rather than fixed."""
+        return any(d.consumes for d in self.devices)
+
+    def offered(self) -> dict[str, int]:
+        """What the node's devices amount to as extended resources, with nothing allocated.
+
+        Fixed devices count one each. Partitionable devices count, per resource, the most instances of it that
+        fit the counters at once (a 7-slice A100 offers seven `1g.5gb` and one whole GPU, not both): a pod asks
+        for one resource, and kube-scheduler's allocator, which sees the counters, has already dropped a node
+        where the partition it needs can no longer be carved."""
+        offered: dict[str, int] = {}
+        by_resource: dict[str, list[GpuDevice]] = {}
+        for device in self.devices:
+            if device.consumes:
+                by_resource.setdefault(device.resource, []).append(device)
+            else:
+                offered[device.resource] = offered.get(device.resource, 0) + 1
+        for resource, devices in by_resource.items():
+            left = {name: dict(counters) for name, counters in self.counter_sets.items()}
+            fitted = 0
+            for device in devices:
+                if _fits(device.consumes, left):
+                    for counter_set, counters in device.consumes:
+                        for counter, amount in counters:
+                            left[counter_set][counter] -= amount
+                    fitted += 1
+            offered[resource] = offered.get(resource, 0) + fitted
+        return offered
+
+
+def _fits(consumes: tuple[tuple[str, Counters], ...], left: Mapping[str, Mapping[str, int]]) -> bool:
+    return all(
+        counter_set in left and left[counter_set].get(counter, 0) >= amount
+        for counter_set, counters in consumes
+        for counter, amount in counters
+    )
+
+
+def node_gpus(node: str, slices: Iterable[DriverSlice]) -> NodeGpus:
+    """A node's GPUs from its slices. Only the newest generation of a pool counts, as kube-scheduler does: a
+    driver replacing its slices publishes the new generation before it deletes the old one."""
+    slices = list(slices)
+    newest: dict[str, int] = {}
+    for one in slices:
+        newest[one.pool] = max(newest.get(one.pool, one.generation), one.generation)
+    current = [s for s in sorted(slices, key=lambda s: s.name) if s.generation == newest[s.pool]]
+    return NodeGpus(
+        node,
+        tuple(d for s in current for d in s.devices),
+        {name: counters for s in current for name, counters in s.counter_sets},
+    )
+
+
+def held_resources(claim: ClaimDevices, devices: Mapping[tuple[str, str], GpuDevice]) -> dict[str, dict[str, int]]:
+    """Per node (pool), the extended resources a claim's devices amount to; devices no slice publishes are left out
+    (the caller logs them)."""
+    held: dict[str, dict[str, int]] = {}
+    for pool, name in claim.devices:
+        device = devices.get((pool, name))
+        if device is not None:
+            on = held.setdefault(pool, {})
+            on[device.resource] = on.get(device.resource, 0) + 1
+    return held
+
+
+def node_with_gpus(node: Mapping[str, Any], gpus: NodeGpus | None) -> Mapping[str, Any]:
+    """A Node object whose `status.allocatable` also lists its DRA GPUs as the extended resources they amount to
+    (`NodeGpus.offered`), with GPU Feature Discovery's product, count and memory labels where it has none: the
+    report and the planners read Node objects as the device plugin and GFD fill them. The node itself when it has
+    no DRA GPUs."""
+    if gpus is None or not gpus.devices:
+        return node
+    status = node.get("status")
+    status = status if isinstance(status, dict) else {}
+    allocatable = dict(status["allocatable"]) if isinstance(status.get("allocatable"), dict) else {}
+    for resource, count in gpus.offered().items():
+        try:
+            have = int(parse_quantity(allocatable.get(resource, 0)))
+        except QuantityError:
+            have = 0
+        allocatable[resource] = str(have + count)
+    meta = node.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    labels = dict(meta["labels"]) if isinstance(meta.get("labels"), dict) else {}
+    if gpus.product:
+        labels.setdefault(GFD_PRODUCT, gpus.product.replace(" ", "-"))
+    labels.setdefault(GFD_COUNT, str(gpus.physical_gpus))
+    if gpus.gpu_memory:
+        labels.setdefault(GFD_MEMORY, str(gpus.gpu_memory >> 20))
+    return {**node, "metadata": {**meta, "labels": labels}, "status": {**status, "allocatable": allocatable}}
+
+
+def gpus_by_node(slices: Iterable[Any]) -> dict[str, NodeGpus]:
+    """Each node's GPUs from raw ResourceSlices; malformed slices are skipped, logged with the reason."""
+    published: dict[str, list[DriverSlice]] = {}
+    for raw in slices:
+        try:
+            one = slice_from_json(raw)
+        except ValueError as exc:
+            log.warning("skipping a malformed ResourceSlice: %s", exc)
+            continue
+        if one is not None:
+            published.setdefault(one.node, []).append(one)
+    return {node: node_gpus(node, found) for node, found in published.items()}

@@ -1,0 +1,294 @@
+"""GPUs from ResourceSlices and ResourceClaims (gpupack.core.dra), and the extender's state merging them into its
+node records: a DRA node counts for placement as the device-plugin node with the same GPUs would."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import pytest
+
+from gpupack.core.dra import DRIVER, claim_from_json, node_gpus, slice_from_json
+from gpupack.core.kube import offered_by_device_classes
+from gpupack.core.policy import Policy
+from gpupack.extender.changes import apply_events
+from gpupack.extender.inventory import node_from_json
+from gpupack.extender.state import CLAIM_KEY, ClusterState
+from gpupack.report.cluster import from_objects, gpu_nodes_of
+from gpupack.testing.dra import (
+    device_class,
+    driver_classes,
+    gpu_slice,
+    mig_device,
+    mig_slice,
+    resource_slice,
+    uuid,
+    whole_gpu,
+)
+
+POLICY = Policy()
+GPU = "nvidia.com/gpu"
+
+
+def node(name: str, allocatable: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "status": {"allocatable": {"cpu": "96", "memory": "1000Gi", **(allocatable or {})}},
+    }
+
+
+def claim(name: str, devices: list[tuple[str, str]], extended: bool = False, driver: str = DRIVER) -> dict[str, Any]:
+    annotations = {"resource.kubernetes.io/extended-resource-claim": "true"} if extended else {}
+    return {
+        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": driver, "pool": pool, "device": device} for pool, device in devices
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"uid-{name}"}],
+        },
+    }
+
+
+def used(state: ClusterState, name: str = "dra") -> dict[str, int]:
+    """What is in use on the node (the running sums keep zeros)."""
+    return {r: n for r, n in state.used(name).items() if n}
+
+
+def event(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "object": obj}
+
+
+# reading slices and claims -------------------------------------------------------------------------------------
+
+
+def test_a_gpu_slice_reads_as_whole_gpus_of_its_node() -> None:
+    published = slice_from_json(gpu_slice("h100-1", "H100-80GB", 8))
+    assert published is not None
+    assert (published.node, published.pool, len(published.devices)) == ("h100-1", "h100-1", 8)
+    first = published.devices[0]
+    assert (first.name, first.kind, first.resource) == ("gpu-0", "gpu", GPU)
+    assert first.product == "NVIDIA H100 80GB HBM3"
+    assert first.memory == 81559 * 2**20
+    assert first.physical == uuid("h100-1", 0)
+
+
+def test_mig_devices_read_as_their_profiles_resources_on_their_parent_gpus() -> None:
+    layouts = [{"1g.5gb": 7}, {"3g.20gb": 2}]
+    gpus = node_gpus("a100-1", [slice_from_json(mig_slice("a100-1", "A100-40GB", layouts))])  # type: ignore[list-item]
+    assert gpus.offered() == {"nvidia.com/mig-1g.5gb": 7, "nvidia.com/mig-3g.20gb": 2}
+    assert gpus.physical_gpus == 2
+    assert gpus.product == "NVIDIA A100-SXM4-40GB"
+    assert not gpus.partitionable
+
+
+def test_another_drivers_slice_and_a_slice_without_a_node_are_not_gpus() -> None:
+    other = gpu_slice("n", "H100-80GB", 1)
+    other["spec"]["driver"] = "dra.example.com"
+    assert slice_from_json(other) is None
+    network = gpu_slice("n", "H100-80GB", 1)
+    del network["spec"]["nodeName"]
+    network["spec"]["allNodes"] = True
+    assert slice_from_json(network) is None
+
+
+def test_only_the_newest_generation_of_a_pool_counts() -> None:
+    old = slice_from_json(gpu_slice("n", "H100-80GB", 8))
+    new = resource_slice("n", [whole_gpu("n", "H100-80GB", i) for i in range(4)], generation=2)
+    new["metadata"]["name"] = "n-new"
+    gpus = node_gpus("n", [old, slice_from_json(new)])  # type: ignore[list-item]
+    assert gpus.offered() == {GPU: 4}
+
+
+def test_partitionable_devices_offer_each_profile_as_often_as_the_counters_allow_at_once() -> None:
+    """Dynamic MIG: the whole GPU and every placement consume the GPU's memory slices; the node offers seven
+    1g.5gb or one whole GPU, not both, and its capacity is one GPU."""
+    counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)}
+    devices = [
+        {
+            **whole_gpu("n", "A100-40GB", 0),
+            "consumesCounters": [{"counterSet": "gpu-0-counter-set", "counters": counters}],
+        }
+    ]
+    for start in range(7):
+        device = mig_device("n", "A100-40GB", 0, "1g.5gb", start)
+        device["consumesCounters"] = [
+            {"counterSet": "gpu-0-counter-set", "counters": {f"memorySlice{start}": {"value": "1"}}}
+        ]
+        devices.append(device)
+    with_devices = resource_slice("n", devices)
+    with_devices["spec"]["pool"]["resourceSliceCount"] = 2
+    shared = resource_slice("n", [])
+    shared["metadata"]["name"] = "n-counters"
+    del shared["spec"]["devices"]
+    shared["spec"]["pool"]["resourceSliceCount"] = 2
+    shared["spec"]["sharedCounters"] = [{"name": "gpu-0-counter-set", "counters": counters}]
+    gpus = node_gpus("n", [slice_from_json(with_devices), slice_from_json(shared)])  # type: ignore[list-item]
+    assert gpus.partitionable
+    assert gpus.offered() == {GPU: 1, "nvidia.com/mig-1g.5gb": 7}
+    assert gpus.physical_gpus == 1
+    state = ClusterState()
+    state.upsert_node(node_from_json(node("n"), POLICY))
+    apply_events(state, "resourceslices", [event("ADDED", with_devices), event("ADDED", shared)], POLICY)
+    assert state.nodes["n"].gpu_capacity == 1.0
+    assert state.nodes["n"].gpu_model == "A100-40GB"
+
+
+def test_a_claim_reads_its_drivers_devices_and_whether_the_scheduler_made_it() -> None:
+    held = claim_from_json(claim("c", [("h100-1", "gpu-3")]))
+    assert (held.key, held.devices, held.extended, held.pods) == ("ml/c", (("h100-1", "gpu-3"),), False, ("uid-c",))
+    assert claim_from_json(claim("e", [("h100-1", "gpu-3")], extended=True)).extended
+    assert claim_from_json(claim("o", [("x", "y")], driver="dra.example.com")).devices == ()
+    pending = claim("p", [])
+    del pending["status"]
+    assert claim_from_json(pending).devices == ()
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"),
+    [
+        (lambda s: s["spec"].update(devices={"gpu-0": {}}), "spec.devices must be a list"),
+        (lambda s: s["spec"]["devices"][0].pop("name"), "spec.devices[0].name is missing"),
+        (lambda s: s["spec"]["devices"][0]["capacity"]["memory"].update(value="lots"), "capacity.memory.value"),
+        (lambda s: s["spec"]["pool"].update(generation="1"), "spec.pool.generation must be an integer"),
+        (lambda s: s["spec"].update(devices=[whole_gpu("n", "H100-80GB", 0)] * 2000), "more than any slice holds"),
+        (lambda s: s["spec"]["devices"][0]["attributes"].update(type={"string": "mig"}), "without the profile"),
+        (lambda s: s.update(metadata={}), "ResourceSlice without metadata.name"),
+    ],
+)
+def test_a_malformed_slice_is_refused_naming_the_slice_and_field(break_it: Any, message: str) -> None:
+    broken = gpu_slice("n", "H100-80GB", 2)
+    break_it(broken)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        slice_from_json(broken)
+
+
+# the extender's state --------------------------------------------------------------------------------------------
+
+
+def dra_state() -> ClusterState:
+    """A device-plugin H100 node and a DRA one with the same GPUs."""
+    state = ClusterState()
+    state.upsert_node(
+        node_from_json(node("plugin", {GPU: "8"}, {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}), POLICY)
+    )
+    state.upsert_node(node_from_json(node("dra"), POLICY))
+    apply_events(state, "resourceslices", [event("ADDED", gpu_slice("dra", "H100-80GB", 8))], POLICY)
+    return state
+
+
+def test_a_dra_node_offers_its_devices_as_the_device_plugin_node_with_the_same_gpus() -> None:
+    state = dra_state()
+    plugin, dra = state.nodes["plugin"], state.nodes["dra"]
+    assert dra.allocatable[GPU] == plugin.allocatable[GPU] == 8
+    assert (dra.gpu_count, dra.gpu_capacity, dra.shares) == (plugin.gpu_count, plugin.gpu_capacity, plugin.shares)
+    assert dra.product == "NVIDIA H100 80GB HBM3"
+
+
+def test_slices_before_their_node_and_a_deleted_slice_are_applied() -> None:
+    state = ClusterState()
+    apply_events(state, "resourceslices", [event("ADDED", gpu_slice("late", "H100-80GB", 4))], POLICY)
+    assert "late" not in state.nodes
+    state.upsert_node(node_from_json(node("late"), POLICY))
+    assert state.nodes["late"].allocatable[GPU] == 4
+    apply_events(state, "resourceslices", [event("DELETED", gpu_slice("late", "H100-80GB", 4))], POLICY)
+    assert GPU not in state.nodes["late"].allocatable
+    state.upsert_node(node_from_json(node("late"), POLICY))  # a Node update keeps the (now no) devices
+    assert state.nodes["late"].gpu_count == 0
+
+
+def test_a_claim_counts_its_devices_on_their_node_once_and_the_scheduler_made_ones_not_at_all() -> None:
+    state = dra_state()
+    apply_events(state, "resourceclaims", [event("ADDED", claim("mine", [("dra", "gpu-0"), ("dra", "gpu-1")]))], POLICY)
+    assert used(state) == {GPU: 2}
+    # kube-scheduler's claim for a pod's `nvidia.com/gpu` request: the pod's request counts it already
+    apply_events(state, "resourceclaims", [event("ADDED", claim("ext", [("dra", "gpu-2")], extended=True))], POLICY)
+    assert used(state) == {GPU: 2}
+    apply_events(state, "resourceclaims", [event("MODIFIED", claim("mine", [("dra", "gpu-0")]))], POLICY)
+    assert used(state) == {GPU: 1}
+    apply_events(state, "resourceclaims", [event("DELETED", claim("mine", []))], POLICY)
+    assert used(state) == {}
+    assert not [k for k in state.pods if k.startswith(CLAIM_KEY)]
+
+
+def test_claims_stay_counted_through_a_full_list_of_pods() -> None:
+    state = dra_state()
+    apply_events(state, "resourceclaims", [event("ADDED", claim("mine", [("dra", "gpu-0")]))], POLICY)
+    state.replace_pods([])
+    assert used(state) == {GPU: 1}
+
+
+def test_a_claim_on_a_device_no_slice_publishes_is_logged_and_not_counted(caplog: pytest.LogCaptureFixture) -> None:
+    state = dra_state()
+    with caplog.at_level(logging.WARNING):
+        apply_events(
+            state, "resourceclaims", [event("ADDED", claim("ghost", [("dra", "gpu-99"), ("dra", "gpu-1")]))], POLICY
+        )
+    assert used(state) == {GPU: 1}
+    assert "ResourceClaim ml/ghost holds devices no ResourceSlice publishes, not counted: dra/gpu-99" in caplog.text
+    # the slice that publishes it arrives: the claim is counted whole
+    bigger = copy.deepcopy(gpu_slice("dra", "H100-80GB", 8))
+    bigger["spec"]["devices"].append({**whole_gpu("dra", "H100-80GB", 99), "name": "gpu-99"})
+    apply_events(state, "resourceslices", [event("MODIFIED", bigger)], POLICY)
+    assert used(state) == {GPU: 2}
+
+
+def test_a_malformed_slice_or_claim_event_is_skipped_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    state = dra_state()
+    broken = gpu_slice("dra", "H100-80GB", 8)
+    broken["spec"]["devices"] = "eight"
+    bad_claim = claim("bad", [("dra", "gpu-0")])
+    bad_claim["status"]["allocation"]["devices"]["results"][0].pop("pool")
+    with caplog.at_level(logging.WARNING):
+        skipped = apply_events(state, "resourceslices", [event("MODIFIED", broken)], POLICY)
+        skipped += apply_events(state, "resourceclaims", [event("ADDED", bad_claim)], POLICY)
+    assert skipped == 2
+    assert state.nodes["dra"].allocatable[GPU] == 8  # what was known stays
+    assert used(state) == {}
+    assert "spec.devices must be a list" in caplog.text
+    assert "without pool or device" in caplog.text
+
+
+# the webhook's sizing and the report -------------------------------------------------------------------------------
+
+
+def test_the_webhook_is_offered_what_a_device_class_serves_from_published_devices() -> None:
+    """A DeviceClass's `extendedResourceName` counts only where some device amounts to that resource; a class for
+    a profile nobody publishes, or classes without the field, offer nothing."""
+    slices = [gpu_slice("h", "H100-80GB", 8), mig_slice("a", "A100-40GB", [{"1g.5gb": 7}])]
+    classes = [
+        *driver_classes(),
+        device_class("mig-1g.5gb.nvidia.com", "mig", "nvidia.com/mig-1g.5gb", "1g.5gb"),
+        device_class("mig-3g.20gb.nvidia.com", "mig", "nvidia.com/mig-3g.20gb", "3g.20gb"),
+    ]
+    assert offered_by_device_classes(classes, slices) == {GPU, "nvidia.com/mig-1g.5gb"}
+    assert offered_by_device_classes(driver_classes()[1:], slices) == frozenset()
+    broken = gpu_slice("x", "H100-80GB", 1)
+    broken["spec"]["devices"] = {}
+    assert offered_by_device_classes(classes, [broken]) == frozenset()
+
+
+def test_the_report_reads_a_dra_node_as_the_device_plugin_and_gfd_would_list_it() -> None:
+    cluster = from_objects(
+        [
+            {"kind": "Node", **node("dra")},
+            {"kind": "Node", **node("plain")},
+            {"kind": "ResourceSlice", **mig_slice("dra", "A100-40GB", [{"1g.5gb": 7}, {"3g.20gb": 2}])},
+        ]
+    )
+    dra = cluster.node_by_name["dra"]
+    assert dra["status"]["allocatable"] == {
+        "cpu": "96",
+        "memory": "1000Gi",
+        "nvidia.com/mig-1g.5gb": "7",
+        "nvidia.com/mig-3g.20gb": "2",
+    }
+    assert dra["metadata"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "2"}
+    assert cluster.node_by_name["plain"] == {"kind": "Node", **node("plain")}
+    assert [n["metadata"]["name"] for n in gpu_nodes_of(cluster, POLICY)] == ["dra"]

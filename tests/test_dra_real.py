@@ -1,0 +1,136 @@
+"""GPUs from a DRA driver, on a real kube-apiserver and kube-scheduler v1.36 with gpupack deployed as shipped.
+
+The nodes of NVIDIA's DRA driver advertise no `nvidia.com/*` in `status.allocatable`: their GPUs are devices of
+ResourceSlices, published here as the driver publishes them (`gpupack.testing.dra`). DeviceClasses with
+`extendedResourceName` let kube-scheduler satisfy a pod's plain `nvidia.com/gpu` or `nvidia.com/mig-1g.5gb`
+request from those devices (`DRAExtendedResource`, beta and on in v1.36): it makes a ResourceClaim for the pod and
+allocates a device in it. The extender must count those nodes' devices to let the pods through and pack them.
+
+- mixed: one device-plugin H100 node and two DRA H100 nodes; twelve one-GPU training pods need two nodes, so
+  at least one is a DRA node, and packing leaves the third empty;
+- DRA only: two A100 nodes whose GPUs are carved into `1g.5gb` MIG devices; labelled inference pods are sized
+  to `nvidia.com/mig-1g.5gb` (the webhook learns from the DeviceClasses and slices that DRA serves it),
+  allocated MIG devices, and packed onto one node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupack.testing.control_plane import ControlPlane, wait_until
+from gpupack.testing.deployed import Deployment
+from gpupack.testing.dra import driver_classes, gpu_slice, mig_slice
+from tests.audit_log import audited_plane
+from tests.test_deploy_real import ENFORCE, labelled_pod, metric, no_refusals, readme_certs, run_gpupack, set_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+TEAM = "ml-dra"
+H100_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Deployment]]:
+    work = tmp_path_factory.mktemp("dra")
+    plane = audited_plane(work, "Metadata").start()
+    try:
+        plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
+        bundle = readme_certs(plane, work)
+        plane.kubectl("apply", "-k", str(ROOT / "manifests"))
+        patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in (0, 1)]
+        plane.kubectl("patch", "mutatingwebhookconfiguration", "gpupack", "--type=json", "-p", json.dumps(patch))
+        rendered = plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
+        deployment = Deployment(plane, [d for d in yaml.safe_load_all(rendered) if d], work / "pods")
+        set_policy(plane, ENFORCE)
+        # NVIDIA's driver's classes, and gpupack's DRA component serving each MIG profile as an extended resource
+        plane.apply(driver_classes())
+        plane.kubectl("apply", "-f", str(ROOT / "manifests" / "dra" / "deviceclasses.yaml"))
+        plane.node("plugin-1", {"cpu": "96", "memory": "1000Gi", "nvidia.com/gpu": "8"}, H100_LABELS)
+        for name in ("dra-1", "dra-2"):
+            plane.node(name, {"cpu": "96", "memory": "1000Gi"})
+            plane.apply([gpu_slice(name, "H100-80GB", 8)])
+        for name in ("mig-1", "mig-2"):
+            plane.node(name, {"cpu": "96", "memory": "1000Gi"})
+            plane.apply([mig_slice(name, "A100-40GB", [{"1g.5gb": 7}] * 2)])
+        plane.namespace(TEAM, {"gpupack.io/enabled": "true"})
+        run_gpupack(plane, deployment)
+        yield plane, deployment
+    finally:
+        plane.stop()
+
+
+def claim_of(plane: ControlPlane, pod: dict[str, Any]) -> dict[str, Any]:
+    """The ResourceClaim kube-scheduler made for the pod's extended-resource request, once allocated."""
+    status = pod["status"].get("extendedResourceClaimStatus") or {}
+    name = status.get("resourceClaimName")
+    assert name, f"{pod['metadata']['name']} has no extended-resource claim: {pod['status']}"
+    claim: dict[str, Any] = plane.get(f"/apis/resource.k8s.io/v1/namespaces/{TEAM}/resourceclaims/{name}")
+    return claim
+
+
+def scheduled_all(plane: ControlPlane, names: list[str], timeout: float = 90) -> list[dict[str, Any]]:
+    """The pods, once every one of them is bound (an assertion error naming the pending ones otherwise)."""
+
+    def bound() -> list[dict[str, Any]] | None:
+        pods = [plane.pod(TEAM, name) for name in names]
+        return pods if all(p and p["spec"].get("nodeName") for p in pods) else None  # type: ignore[misc]
+
+    try:
+        found: list[dict[str, Any]] = wait_until(bound, timeout, "every pod bound")
+    except AssertionError:
+        pending = [n for n in names if not (plane.pod(TEAM, n) or {}).get("spec", {}).get("nodeName")]
+        events = [e["message"] for e in plane.events(TEAM) if e.get("involvedObject", {}).get("name") in pending]
+        raise AssertionError(f"still pending: {pending}; their events: {events[-6:]}") from None
+    return found
+
+
+def test_mixed_device_plugin_and_dra_nodes_take_training_pods_packed(cluster: tuple[ControlPlane, Deployment]) -> None:
+    """Twelve one-GPU pods on 8-GPU nodes: all bound, on two nodes, at least one of them a DRA node, each pod there
+    holding a DRA GPU of its node; the third node stays empty for the autoscaler."""
+    plane, deployment = cluster
+    extender = deployment.pods["gpupack-scheduler"]
+    before = metric(extender, "extender", "gpupack_extender_request_duration_seconds_count")
+    names = [f"train-{i}" for i in range(12)]
+    plane.apply([labelled_pod(n, {"workload": "training", "gpus": "1", "checkpoint": "true"}, TEAM) for n in names])
+    pods = scheduled_all(plane, names)
+    for pod in pods:
+        assert pod["spec"]["schedulerName"] == "gpupack-scheduler"
+        assert pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    on = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+    used = set(on.values())
+    assert len(used) == 2, f"not packed: {on}"
+    assert used & {"dra-1", "dra-2"}, on
+    for pod in pods:
+        if pod["spec"]["nodeName"].startswith("dra-"):
+            results = claim_of(plane, pod)["status"]["allocation"]["devices"]["results"]
+            assert [(r["driver"], r["pool"]) for r in results] == [("gpu.nvidia.com", pod["spec"]["nodeName"])]
+    after = metric(extender, "extender", "gpupack_extender_request_duration_seconds_count")
+    assert after - before >= 24  # filter and prioritize for each
+    no_refusals(plane)
+
+
+def test_dra_only_mig_nodes_take_sized_inference_pods_packed(cluster: tuple[ControlPlane, Deployment]) -> None:
+    """Inference pods sized by memory get `nvidia.com/mig-1g.5gb`, which only DRA devices serve here, and are
+    packed onto one of the two MIG nodes, each holding a MIG device of it."""
+    plane, _ = cluster
+    names = [f"embed-{i}" for i in range(4)]
+    plane.apply([labelled_pod(n, {"workload": "inference", "gpu-memory": "4Gi"}, TEAM) for n in names])
+    pods = scheduled_all(plane, names)
+    for pod in pods:
+        assert pod["spec"]["containers"][0]["resources"]["requests"] == {
+            "nvidia.com/mig-1g.5gb": "1",
+            **{
+                k: v for k, v in pod["spec"]["containers"][0]["resources"]["requests"].items() if k in ("cpu", "memory")
+            },
+        }
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert len(nodes) == 1 and nodes <= {"mig-1", "mig-2"}, nodes
+    devices = [claim_of(plane, p)["status"]["allocation"]["devices"]["results"][0]["device"] for p in pods]
+    assert len(set(devices)) == 4 and all("-mig-1g5gb-" in d for d in devices), devices
+    no_refusals(plane)
