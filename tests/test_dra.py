@@ -15,6 +15,7 @@ from gpupack.core.policy import Policy
 from gpupack.extender.changes import apply_events
 from gpupack.extender.inventory import node_from_json
 from gpupack.extender.state import CLAIM_KEY, ClusterState
+from gpupack.migplan.demand import mig_nodes
 from gpupack.report.cluster import from_objects, gpu_nodes_of
 from gpupack.testing.dra import (
     device_class,
@@ -292,3 +293,28 @@ def test_the_report_reads_a_dra_node_as_the_device_plugin_and_gfd_would_list_it(
     assert dra["metadata"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "2"}
     assert cluster.node_by_name["plain"] == {"kind": "Node", **node("plain")}
     assert [n["metadata"]["name"] for n in gpu_nodes_of(cluster, POLICY)] == ["dra"]
+
+
+def test_mig_plan_leaves_dra_nodes_out_and_says_why() -> None:
+    counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)}
+    carved = mig_device("dyn", "A100-40GB", 0, "1g.5gb", 0)
+    carved["consumesCounters"] = [{"counterSet": "gpu-0-counter-set", "counters": {"memorySlice0": {"value": "1"}}}]
+    partitionable = resource_slice("dyn", [carved])
+    shared = resource_slice("dyn", [])
+    shared["metadata"]["name"] = "dyn-counters"
+    del shared["spec"]["devices"]
+    shared["spec"]["sharedCounters"] = [{"name": "gpu-0-counter-set", "counters": counters}]
+    cluster = from_objects(
+        [
+            {"kind": "Node", **node("plugin", {"nvidia.com/mig-1g.5gb": "7"}, {"nvidia.com/gpu.count": "1"})},
+            {"kind": "Node", **node("fixed")},
+            {"kind": "Node", **node("dyn")},
+            {"kind": "ResourceSlice", **mig_slice("fixed", "A100-40GB", [{"1g.5gb": 7}])},
+            {"kind": "ResourceSlice", **partitionable},
+            {"kind": "ResourceSlice", **shared},
+        ]
+    )
+    planned, skipped = mig_nodes(cluster, POLICY)
+    assert [n.name for n in planned] == ["plugin"]
+    assert skipped["dyn"].startswith("GPUs from a DRA driver with partitionable devices")
+    assert skipped["fixed"].startswith("MIG devices published by a DRA driver")

@@ -557,6 +557,7 @@ class KubeNodeOps:
 
     def __init__(self, api: client.ApiClient, request_timeout: float = REQUEST_TIMEOUT) -> None:
         self._core = client.CoreV1Api(api)
+        self._dra = client.ResourceV1Api(api)
         self._request_timeout = request_timeout
 
     def _raw(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -602,6 +603,17 @@ class KubeNodeOps:
     def list_pods(self) -> list[dict[str, Any]]:
         """Every pod of every namespace (paginated): what the planner counts as demand."""
         return self._every("LIST pods", self._core.list_pod_for_all_namespaces)
+
+    def list_resource_slices(self) -> list[dict[str, Any]]:
+        """Every ResourceSlice (paginated): which nodes' GPUs a DRA driver publishes. Empty where the cluster does
+        not serve `resource.k8s.io/v1` or the RBAC does not allow it (403, 404; logged)."""
+        try:
+            return self._every("LIST resourceslices.resource.k8s.io", self._dra.list_resource_slice)
+        except KubeCallFailed as exc:
+            if exc.status not in (403, 404):
+                raise
+            log.warning("cannot list resourceslices.resource.k8s.io (%s): DRA nodes are not told apart", exc.status)
+            return []
 
     def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A ConfigMap's JSON, or None when it does not exist (the MIG manager's layouts live in one)."""

@@ -58,7 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--kubeconfig", type=Path, help="read nodes and pods with this kubeconfig")
     source.add_argument("--in-cluster", action="store_true", help="read them with the pod's service account")
     source.add_argument(
-        "--cluster", nargs="+", type=Path, metavar="FILE", help="`kubectl get nodes,pods -A -o json` output"
+        "--cluster",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="`kubectl get nodes,pods -A -o json` output (add resourceslices where a DRA driver publishes GPUs)",
     )
     source.add_argument("--scenario", type=Path, help="a synthetic-day scenario (scenarios/synthetic-day.yaml)")
     parser.add_argument(
@@ -180,6 +184,7 @@ def read_inputs(args: argparse.Namespace, policy: Policy, ops: KubeNodeOps | Non
             cluster = read_cluster_file(args.cluster)
         else:
             objects = [{**n, "kind": "Node"} for n in ops.list_nodes()]
+            objects += [{**s, "kind": "ResourceSlice"} for s in ops.list_resource_slices()]
             cluster = from_objects(objects + [{**p, "kind": "Pod"} for p in ops.list_pods()], "the cluster")
         nodes, skipped = mig_nodes(cluster, policy, whole_gpu_nodes=args.include_whole_gpu_nodes)
         if args.include_busy_nodes:

@@ -47,6 +47,9 @@ def mig_nodes(
     """The cluster's MIG nodes of a catalog model, and the MIG nodes left out with the reason. A node is free when
     no unfinished pod on it uses a GPU.
 
+    A node whose GPUs a DRA driver publishes is not planned: with partitionable devices there is no layout to
+    choose, and `--apply` waits for a layout in the node's allocatable, where a DRA node lists none.
+
     A MIG-capable node with MIG off (`all-disabled`, or advertising whole GPUs and no instance) serves whole-GPU
     pods, training above all: it is left out unless `whole_gpu_nodes`, since turning it to MIG is a decision about
     those pods that the MIG demand cannot make.
@@ -60,6 +63,15 @@ def mig_nodes(
             record = node_from_json(node, policy)
         except ValueError as exc:
             skipped[str((node.get("metadata") or {}).get("name") or "?")] = str(exc)
+            continue
+        dra = cluster.dra.get(record.name)
+        if dra is not None:
+            skipped[record.name] = (
+                "GPUs from a DRA driver with partitionable devices: kube-scheduler carves MIG devices on demand"
+                if dra.partitionable
+                else "MIG devices published by a DRA driver: mig-plan plans device-plugin nodes, whose allocatable "
+                "--apply checks"
+            )
             continue
         if record.gpu_model not in CATALOG:
             skipped[record.name] = f"GPU model unknown ({record.product or f'no {GFD_PRODUCT} label'})"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.core.dra import gpus_by_node, node_with_gpus
+from gpupack.core.dra import NodeGpus, gpus_by_node, node_with_gpus
 from gpupack.core.objects import controller_of, is_finished, labels_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
@@ -50,6 +50,8 @@ class Cluster:
     events: tuple[dict[str, Any], ...] = ()
     """core/v1 Events (`gpupack.report.victims` reads those with reason `Preempted`)."""
     source: str = "cluster"
+    dra: Mapping[str, NodeGpus] = field(default_factory=dict)
+    """The GPUs a DRA driver publishes, by node (already in those nodes' allocatable)."""
     _by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -143,6 +145,7 @@ def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") 
         daemonsets=tuple(grouped["daemonsets"]),
         events=tuple(grouped["events"]),
         source=source,
+        dra=gpus,
     )
 
 
