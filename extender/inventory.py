@@ -8,7 +8,7 @@ when the labels are missing (`1g.5gb` only exists on the A100-40GB).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -152,14 +152,15 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
     )
 
 
-def with_gpus(record: NodeRecord, gpus: NodeGpus | None) -> NodeRecord:
+def with_gpus(record: NodeRecord, gpus: NodeGpus | None, held: Collection[str] = ()) -> NodeRecord:
     """`record` with the GPUs a DRA driver publishes for the node (`gpupack.core.dra`), as the extended resources a
     device plugin would advertise: placement and fragmentation then treat DRA and device-plugin nodes alike.
     The node's own labels win where they say the same thing (GFD's product and count). A partitionable node's
-    capacity is its physical GPUs: the partitions it offers are alternatives, not all at once."""
+    capacity is its physical GPUs: the partitions it offers are alternatives, not all at once; `held`, the devices
+    claims hold there, says which partitions are carved and what is left to carve (`NodeGpus.offered`)."""
     if gpus is None or not gpus.devices:
         return record
-    offered = gpus.offered()
+    offered = gpus.offered(held)
     allocatable = dict(record.allocatable)
     for resource, count in offered.items():
         allocatable[resource] = allocatable.get(resource, 0) + count

@@ -113,7 +113,9 @@ class ClusterState:
         self._gpus: dict[str, NodeGpus] = {}
         """Per node, the GPUs its slices publish."""
         self._claims: dict[str, ClaimDevices] = {}
-        """ResourceClaims holding the driver's devices, by namespace/name (extended-resource ones excluded)."""
+        """ResourceClaims holding the driver's devices, by namespace/name."""
+        self._held: dict[str, dict[str, int]] = {}
+        """Per node, the devices claims hold there (by name, with how many claims hold each)."""
 
     def _touch(self, node: str, bound: bool = True) -> None:
         """Log a change of `node`'s inputs; `bound`: its record or bound pods changed (not only an assumption)."""
@@ -141,7 +143,7 @@ class ClusterState:
     def upsert_node(self, node: NodeRecord) -> None:
         """Add or replace a node."""
         self._own[node.name] = node
-        self.nodes[node.name] = with_gpus(node, self._gpus.get(node.name))
+        self._merge(node.name)
         self._touch(node.name)
 
     def remove_node(self, name: str) -> None:
@@ -153,11 +155,23 @@ class ClusterState:
     def replace_nodes(self, nodes: Iterable[NodeRecord]) -> None:
         """Replace every node (after a full list)."""
         self._own = {n.name: n for n in nodes}
-        self.nodes = {name: with_gpus(n, self._gpus.get(name)) for name, n in self._own.items()}
+        self.nodes = {}
+        for name in self._own:
+            self._merge(name)
         self.derived = {}
         self.epoch += 1
 
     # DRA devices -------------------------------------------------------------------------------------------
+    def _merge(self, node: str) -> None:
+        """The node's record: its Node's, with the GPUs its slices publish (and, on partitionable GPUs, what the
+        claims hold there: it decides what is left to carve)."""
+        own = self._own.get(node)
+        if own is None:
+            return
+        gpus = self._gpus.get(node)
+        held = tuple(self._held.get(node, ())) if gpus is not None and gpus.partitionable else ()
+        self.nodes[node] = with_gpus(own, gpus, held)
+
     def _regroup(self, node: str) -> None:
         """Re-read `node`'s GPUs from its slices, merge them into its record, and recount the claims on it."""
         gpus = node_gpus(node, (s for s in self._slices.values() if s.node == node))
@@ -165,9 +179,7 @@ class ClusterState:
             self._gpus[node] = gpus
         else:
             self._gpus.pop(node, None)
-        own = self._own.get(node)
-        if own is not None:
-            self.nodes[node] = with_gpus(own, self._gpus.get(node))
+        self._merge(node)
         self._touch(node)
         for claim in [c for c in self._claims.values() if any(pool == node for pool, _ in c.devices)]:
             self._count_claim(claim)
@@ -193,7 +205,8 @@ class ClusterState:
         self._gpus = {
             n: g for n in nodes if (g := node_gpus(n, (s for s in self._slices.values() if s.node == n))).devices
         }
-        self.nodes = {name: with_gpus(n, self._gpus.get(name)) for name, n in self._own.items()}
+        for name in self._own:
+            self._merge(name)
         self.derived = {}
         self.epoch += 1
         for claim in list(self._claims.values()):
@@ -208,28 +221,50 @@ class ClusterState:
         return None if gpus is None else next((d for d in gpus.devices if d.name == name), None)
 
     def _count_claim(self, claim: ClaimDevices) -> list[tuple[str, str]]:
-        """Count a claim's devices as a pod on their node; returns the devices no slice publishes."""
+        """Count a claim's devices as a pod on their node (not a claim kube-scheduler made for an extended-resource
+        request: the pod's request counts those); returns the devices no slice publishes."""
         devices = {(pool, name): d for pool, name in claim.devices if (d := self._device(pool, name)) is not None}
-        held = held_resources(claim, devices)
-        key = CLAIM_KEY + claim.key
-        node, requests = next(iter(held.items()), (None, {}))
-        self.upsert_pod(key, node, tuple(sorted(requests.items())))
+        if not claim.extended:
+            held = held_resources(claim, devices)
+            node, requests = next(iter(held.items()), (None, {}))
+            self.upsert_pod(CLAIM_KEY + claim.key, node, tuple(sorted(requests.items())))
         return [d for d in claim.devices if d not in devices]
+
+    def _hold(self, claim: ClaimDevices, sign: int) -> None:
+        """Add (`sign` 1) or remove (-1) a claim's devices from what is held on each node; re-merge the nodes
+        whose partitionable GPUs that changes."""
+        nodes: set[str] = set()
+        for pool, name in claim.devices:
+            on = self._held.setdefault(pool, {})
+            on[name] = on.get(name, 0) + sign
+            if on[name] <= 0:
+                del on[name]
+            if not on:
+                del self._held[pool]
+            nodes.add(pool)
+        for node in nodes:
+            gpus = self._gpus.get(node)
+            if gpus is not None and gpus.partitionable:
+                self._merge(node)
+                self._touch(node)
 
     def upsert_claim(self, claim: ClaimDevices) -> list[tuple[str, str]]:
         """Add or replace a ResourceClaim. Returns the (pool, device) it holds that no slice publishes (not
-        counted; the caller logs them). A claim kube-scheduler made for an extended-resource request counts
-        nothing: its devices are the pod's request."""
-        if claim.extended or not claim.devices:
-            self.remove_claim(claim.key)
+        counted; the caller logs them)."""
+        self.remove_claim(claim.key)
+        if not claim.devices:
             return []
         self._claims[claim.key] = claim
+        self._hold(claim, +1)
         return self._count_claim(claim)
 
     def remove_claim(self, key: str) -> None:
         """Forget a ResourceClaim (deleted, or no longer holding devices)."""
-        if self._claims.pop(key, None) is not None:
-            self.upsert_pod(CLAIM_KEY + key, None, ())
+        old = self._claims.pop(key, None)
+        if old is not None:
+            self._hold(old, -1)
+            if not old.extended:
+                self.upsert_pod(CLAIM_KEY + key, None, ())
 
     def replace_claims(self, claims: Iterable[ClaimDevices]) -> list[tuple[str, str]]:
         """Replace every claim (after a full list); returns the devices no slice publishes."""

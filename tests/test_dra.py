@@ -110,7 +110,7 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
 def test_partitionable_devices_offer_each_profile_as_often_as_the_counters_allow_at_once() -> None:
     """Dynamic MIG: the whole GPU and every placement consume the GPU's memory slices; the node offers seven
     1g.5gb or one whole GPU, not both, and its capacity is one GPU."""
-    counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)}
+    counters = {f"memory-slice-{i}": {"value": "1"} for i in range(8)}
     devices = [
         {
             **whole_gpu("n", "A100-40GB", 0),
@@ -120,7 +120,7 @@ def test_partitionable_devices_offer_each_profile_as_often_as_the_counters_allow
     for start in range(7):
         device = mig_device("n", "A100-40GB", 0, "1g.5gb", start)
         device["consumesCounters"] = [
-            {"counterSet": "gpu-0-counter-set", "counters": {f"memorySlice{start}": {"value": "1"}}}
+            {"counterSet": "gpu-0-counter-set", "counters": {f"memory-slice-{start}": {"value": "1"}}}
         ]
         devices.append(device)
     with_devices = resource_slice("n", devices)
@@ -139,6 +139,15 @@ def test_partitionable_devices_offer_each_profile_as_often_as_the_counters_allow
     apply_events(state, "resourceslices", [event("ADDED", with_devices), event("ADDED", shared)], POLICY)
     assert state.nodes["n"].gpu_capacity == 1.0
     assert state.nodes["n"].gpu_model == "A100-40GB"
+    # a claim holds one 1g.5gb placement (kube-scheduler's, for a pod's extended-resource request): six more fit,
+    # the whole GPU no longer does
+    carved = claim("carved", [("n", "gpu-0-mig-1g5gb-19-3")], extended=True)
+    apply_events(state, "resourceclaims", [event("ADDED", carved)], POLICY)
+    assert gpus.offered(["gpu-0-mig-1g5gb-19-3"]) == {GPU: 0, "nvidia.com/mig-1g.5gb": 7}
+    assert state.nodes["n"].allocatable[GPU] == 0
+    assert state.nodes["n"].allocatable["nvidia.com/mig-1g.5gb"] == 7
+    apply_events(state, "resourceclaims", [event("DELETED", carved)], POLICY)
+    assert state.nodes["n"].allocatable[GPU] == 1
 
 
 def test_a_claim_reads_its_drivers_devices_and_whether_the_scheduler_made_it() -> None:
@@ -296,9 +305,9 @@ def test_the_report_reads_a_dra_node_as_the_device_plugin_and_gfd_would_list_it(
 
 
 def test_mig_plan_leaves_dra_nodes_out_and_says_why() -> None:
-    counters = {f"memorySlice{i}": {"value": "1"} for i in range(8)}
+    counters = {f"memory-slice-{i}": {"value": "1"} for i in range(8)}
     carved = mig_device("dyn", "A100-40GB", 0, "1g.5gb", 0)
-    carved["consumesCounters"] = [{"counterSet": "gpu-0-counter-set", "counters": {"memorySlice0": {"value": "1"}}}]
+    carved["consumesCounters"] = [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}}]
     partitionable = resource_slice("dyn", [carved])
     shared = resource_slice("dyn", [])
     shared["metadata"]["name"] = "dyn-counters"

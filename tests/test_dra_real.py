@@ -10,12 +10,17 @@ allocates a device in it. The extender must count those nodes' devices to let th
   at least one is a DRA node, and packing leaves the third empty;
 - DRA only: two A100 nodes whose GPUs are carved into `1g.5gb` MIG devices; labelled inference pods are sized
   to `nvidia.com/mig-1g.5gb` (the webhook learns from the DeviceClasses and slices that DRA serves it),
-  allocated MIG devices, and packed onto one node.
+  allocated MIG devices, and packed onto one node;
+- partitionable (dynamic MIG): two one-GPU A100 nodes publish every placement against shared counters; sized
+  inference pods get partitions carved on one node, and a whole-GPU pod then goes to the other one, since the
+  first has no whole GPU left to carve.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +30,13 @@ import yaml
 
 from gpupack.testing.control_plane import ControlPlane, wait_until
 from gpupack.testing.deployed import Deployment
-from gpupack.testing.dra import driver_classes, gpu_slice, mig_slice
+from gpupack.testing.dra import driver_classes, gpu_slice, mig_slice, partitionable_slices
 from tests.audit_log import audited_plane
 from tests.test_deploy_real import ENFORCE, labelled_pod, metric, no_refusals, readme_certs, run_gpupack, set_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAM = "ml-dra"
+MERGE = "application/merge-patch+json"
 H100_LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}
 pytestmark = pytest.mark.timeout(600)
 
@@ -134,3 +140,32 @@ def test_dra_only_mig_nodes_take_sized_inference_pods_packed(cluster: tuple[Cont
     devices = [claim_of(plane, p)["status"]["allocation"]["devices"]["results"][0]["device"] for p in pods]
     assert len(set(devices)) == 4 and all("-mig-1g5gb-" in d for d in devices), devices
     no_refusals(plane)
+
+
+def test_partitionable_gpus_take_carved_slices_packed_and_a_whole_gpu_where_one_is_left(
+    cluster: tuple[ControlPlane, Deployment],
+) -> None:
+    plane, _ = cluster
+    others = [n["metadata"]["name"] for n in plane.get("/api/v1/nodes")["items"]]
+    for name in others:  # the other scenarios' nodes are left out of this one
+        plane.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": True}}, MERGE)
+    try:
+        for name in ("dyn-1", "dyn-2"):
+            plane.node(name, {"cpu": "96", "memory": "1000Gi"})
+            plane.apply(partitionable_slices(name, "A100-40GB", 1))
+        names = [f"carve-{i}" for i in range(3)]
+        plane.apply([labelled_pod(n, {"workload": "inference", "gpu-memory": "4Gi"}, TEAM) for n in names])
+        pods = scheduled_all(plane, names)
+        nodes = {p["spec"]["nodeName"] for p in pods}
+        assert len(nodes) == 1, nodes
+        devices = {claim_of(plane, p)["status"]["allocation"]["devices"]["results"][0]["device"] for p in pods}
+        assert len(devices) == 3 and all("-mig-1g5gb-" in d for d in devices), devices
+        plane.apply([labelled_pod("whole", {"workload": "training", "gpus": "1", "checkpoint": "true"}, TEAM)])
+        (whole,) = scheduled_all(plane, ["whole"])
+        assert whole["spec"]["nodeName"] == ({"dyn-1", "dyn-2"} - nodes).pop()
+        assert claim_of(plane, whole)["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+        no_refusals(plane)
+    finally:  # the other nodes back, these out of the other scenarios
+        for name, unschedulable in [*((n, False) for n in others), ("dyn-1", True), ("dyn-2", True)]:
+            with contextlib.suppress(urllib.error.HTTPError):
+                plane.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": unschedulable}}, MERGE)

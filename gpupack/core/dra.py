@@ -20,7 +20,7 @@ with a logged reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -263,31 +263,42 @@ class NodeGpus:
         """Whether its devices are carved from shared counters (dynamic MIG) rather than fixed."""
         return any(d.consumes for d in self.devices)
 
-    def offered(self) -> dict[str, int]:
-        """What the node's devices amount to as extended resources, with nothing allocated.
+    def offered(self, allocated: Collection[str] = ()) -> dict[str, int]:
+        """What the node's devices amount to as extended resources, given the devices (names) claims hold.
 
-        Fixed devices count one each. Partitionable devices count, per resource, the most instances of it that
-        fit the counters at once (a 7-slice A100 offers seven `1g.5gb` and one whole GPU, not both): a pod asks
-        for one resource, and kube-scheduler's allocator, which sees the counters, has already dropped a node
-        where the partition it needs can no longer be carved."""
+        Fixed devices count one each, held or not (a pod's request says which are in use). Partitionable devices
+        count, per resource, the held ones plus the most further instances that fit what the held ones leave of
+        the counters (a free 7-slice A100 offers seven `1g.5gb` and one whole GPU, not both; with one `1g.5gb`
+        held, six more and no whole GPU): a pod asks for one resource, and kube-scheduler's allocator, which sees
+        the counters, has already dropped a node where the partition it needs can no longer be carved."""
         offered: dict[str, int] = {}
         by_resource: dict[str, list[GpuDevice]] = {}
+        left = {name: dict(counters) for name, counters in self.counter_sets.items()}
+        held = set(allocated)
         for device in self.devices:
-            if device.consumes:
-                by_resource.setdefault(device.resource, []).append(device)
-            else:
+            if not device.consumes:
                 offered[device.resource] = offered.get(device.resource, 0) + 1
+            elif device.name in held:
+                offered[device.resource] = offered.get(device.resource, 0) + 1
+                _take(device.consumes, left)
+            else:
+                by_resource.setdefault(device.resource, []).append(device)
         for resource, devices in by_resource.items():
-            left = {name: dict(counters) for name, counters in self.counter_sets.items()}
+            free = {name: dict(counters) for name, counters in left.items()}
             fitted = 0
             for device in devices:
-                if _fits(device.consumes, left):
-                    for counter_set, counters in device.consumes:
-                        for counter, amount in counters:
-                            left[counter_set][counter] -= amount
+                if _fits(device.consumes, free):
+                    _take(device.consumes, free)
                     fitted += 1
             offered[resource] = offered.get(resource, 0) + fitted
         return offered
+
+
+def _take(consumes: tuple[tuple[str, Counters], ...], left: dict[str, dict[str, int]]) -> None:
+    for counter_set, counters in consumes:
+        for counter, amount in counters:
+            if counter_set in left:
+                left[counter_set][counter] = left[counter_set].get(counter, 0) - amount
 
 
 def _fits(consumes: tuple[tuple[str, Counters], ...], left: Mapping[str, Mapping[str, int]]) -> bool:

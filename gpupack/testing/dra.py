@@ -133,3 +133,36 @@ def driver_classes() -> list[dict[str, Any]]:
         device_class("gpu.nvidia.com", "gpu", "nvidia.com/gpu"),
         device_class("mig.nvidia.com", "mig"),
     ]
+
+
+def partitionable_slices(node: str, model: str, gpus: int) -> list[dict[str, Any]]:
+    """A node whose GPUs are partitioned on demand (dynamic MIG, `DRAPartitionableDevices`), as the driver's
+    `partitions.go` publishes them: per GPU a counter set of its memory slices (`memory-slice-<i>`, in a slice of its
+    own: a v1.36 slice holds devices or counter sets, not both), and as devices the whole GPU and every placement of
+    every profile, each consuming the memory slices it spans."""
+    slices = MODELS[model].memory_slices
+    devices: list[dict[str, Any]] = []
+    counter_sets: list[dict[str, Any]] = []
+    for minor in range(gpus):
+        counter_set = f"gpu-{minor}-counter-set"
+        counter_sets.append(
+            {"name": counter_set, "counters": {f"memory-slice-{i}": {"value": "1"} for i in range(slices)}}
+        )
+
+        def consumes(start: int, span: int, counter_set: str = counter_set) -> list[dict[str, Any]]:
+            counters = {f"memory-slice-{i}": {"value": "1"} for i in range(start, start + span)}
+            return [{"counterSet": counter_set, "counters": counters}]
+
+        devices.append({**whole_gpu(node, model, minor), "consumesCounters": consumes(0, slices)})
+        for profile in MODELS[model].profiles:
+            for start in profile.starts:
+                device = mig_device(node, model, minor, profile.name, start)
+                devices.append({**device, "consumesCounters": consumes(start, profile.memory_slices)})
+    with_devices = resource_slice(node, devices)
+    with_counters = resource_slice(node, [])
+    with_counters["metadata"]["name"] = f"{node}-{DRIVER}-counters"
+    del with_counters["spec"]["devices"]
+    with_counters["spec"]["sharedCounters"] = counter_sets
+    for one in (with_devices, with_counters):
+        one["spec"]["pool"]["resourceSliceCount"] = 2
+    return [with_devices, with_counters]
