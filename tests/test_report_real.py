@@ -25,6 +25,7 @@ import yaml
 from gpupack.core.kube import CLUSTER_LISTS, DRA_CLUSTER_LISTS, resource_name
 from gpupack.report.promql import PREEMPTION_ATTEMPTS, PREEMPTION_VICTIMS
 from gpupack.testing.control_plane import ROOT, ControlPlane, Kubelet, env_without_proxy, wait_until
+from gpupack.testing.dra import gpu_slice
 from gpupack.testing.net import free_port
 from gpupack.testing.scheduler import VICTIM_BUCKETS
 from tests.audit_log import AuditLog, audited_plane, refusals, service_account_user, verbs
@@ -154,9 +155,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for namespace in (NAMESPACE, "ml", "gpu-operator"):
             plane.namespace(namespace)
         since = round(time.time() / 60) * 60 - 86400.0  # two days of logs around now: the Event falls in the window
-        logs = [str(write_log(work / f"{n}.csv", u, start=since)) for n, u in (("idle", 4), ("under", 20), ("hot", 95))]
+        utilization = (("idle", 4), ("under", 20), ("hot", 95), ("dra-idle", 3))
+        logs = [str(write_log(work / f"{n}.csv", u, start=since)) for n, u in utilization]
         for name in ("idle", "under", "hot"):
             plane.node(name, {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"}, A100)
+        # a node whose two GPUs NVIDIA's DRA driver publishes: nothing of them in its allocatable or labels
+        plane.node("dra-idle", {"cpu": "64", "memory": "512Gi"})
+        plane.apply([gpu_slice("dra-idle", "H100-80GB", 2)])
         running(plane, "ml", pod("keep-x", "idle"))
         web = {"app": "web", "pod-template-hash": "7d9f8c"}
         running(plane, "ml", pod("web-7d9f8c-abcde", "under", owned("ReplicaSet", "web-7d9f8c"), web, gpus=1))
@@ -222,7 +227,7 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
         assert sum(f"fieldSelector=reason%3D{reason}" in uri for uri in events) == 1, events
     assert len(events) == 3
     listed = cluster.plane.kubectl(
-        "get", "nodes,pods,pdb,daemonsets,events", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
+        "get", "nodes,pods,pdb,daemonsets,events,resourceslices", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
     )
     file = cluster.work / "cluster.json"
     file.write_text(listed.stdout)
@@ -231,6 +236,7 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
     assert judged(live) == judged(offline)
     found = {(f["kind"], f["node"], f["pod"], f["evidence"].get("reason")) for f in judged(live)["findings"]}
     assert ("idle-node", "idle", None, None) in found
+    assert ("idle-node", "dra-idle", None, None) in found  # its GPUs come from ResourceSlices
     assert ("scale-down-blocker", "idle", "ml/keep-x", "NotReplicated") in found  # a pod
     assert ("scale-down-blocker", "under", "ml/web-7d9f8c-abcde", "NotEnoughPdb") in found  # its PDB's status
     assert ("scale-down-blocker", "idle", None, "DaemonSetUtilization") in found  # the DaemonSet's pod
@@ -282,7 +288,10 @@ def test_without_the_dra_lists_the_report_counts_device_plugin_gpus_and_says_so(
     done = report(cluster, "--kubeconfig", str(kubeconfig))
     assert done.returncode == 0, done.stderr
     assert "cannot list resourceslices.resource.k8s.io (403): the report counts device-plugin GPUs only" in done.stderr
-    assert judged(done) == judged(report(cluster, "--kubeconfig", str(cluster.kubeconfig)))
+    without, full = judged(done)["savings"], judged(report(cluster, "--kubeconfig", str(cluster.kubeconfig)))["savings"]
+    # the DRA node's GPUs are missing from the count without them, and there with them
+    assert (without["gpu_nodes_now"], full["gpu_nodes_now"]) == (4, 5)
+    assert "dra-idle" not in without["removable"] and "dra-idle" in full["removable"]
 
 
 def test_the_report_page_names_the_permissions_the_report_reads_with() -> None:
