@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpupack.core.dra import DRIVER, claim_from_json, node_gpus, slice_from_json
+from gpupack.core.dra import claim_from_json, node_gpus, slice_from_json
 from gpupack.core.kube import offered_by_device_classes
 from gpupack.core.policy import Policy
 from gpupack.extender.changes import apply_events
@@ -18,6 +18,7 @@ from gpupack.extender.state import CLAIM_KEY, ClusterState
 from gpupack.migplan.demand import mig_nodes
 from gpupack.report.cluster import from_objects, gpu_nodes_of
 from gpupack.testing.dra import (
+    allocated_claim,
     device_class,
     driver_classes,
     gpu_slice,
@@ -36,24 +37,6 @@ def node(name: str, allocatable: dict[str, str] | None = None, labels: dict[str,
     return {
         "metadata": {"name": name, "labels": labels or {}},
         "status": {"allocatable": {"cpu": "96", "memory": "1000Gi", **(allocatable or {})}},
-    }
-
-
-def claim(name: str, devices: list[tuple[str, str]], extended: bool = False, driver: str = DRIVER) -> dict[str, Any]:
-    annotations = {"resource.kubernetes.io/extended-resource-claim": "true"} if extended else {}
-    return {
-        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
-        "status": {
-            "allocation": {
-                "devices": {
-                    "results": [
-                        {"request": "gpu", "driver": driver, "pool": pool, "device": device} for pool, device in devices
-                    ]
-                }
-            },
-            "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"uid-{name}"}],
-        },
     }
 
 
@@ -141,7 +124,7 @@ def test_partitionable_devices_offer_each_profile_as_often_as_the_counters_allow
     assert state.nodes["n"].gpu_model == "A100-40GB"
     # a claim holds one 1g.5gb placement (kube-scheduler's, for a pod's extended-resource request): six more fit,
     # the whole GPU no longer does
-    carved = claim("carved", [("n", "gpu-0-mig-1g5gb-19-3")], extended=True)
+    carved = allocated_claim("carved", [("n", "gpu-0-mig-1g5gb-19-3")], extended=True)
     apply_events(state, "resourceclaims", [event("ADDED", carved)], POLICY)
     assert gpus.offered(["gpu-0-mig-1g5gb-19-3"]) == {GPU: 0, "nvidia.com/mig-1g.5gb": 7}
     assert state.nodes["n"].allocatable[GPU] == 0
@@ -151,11 +134,11 @@ def test_partitionable_devices_offer_each_profile_as_often_as_the_counters_allow
 
 
 def test_a_claim_reads_its_drivers_devices_and_whether_the_scheduler_made_it() -> None:
-    held = claim_from_json(claim("c", [("h100-1", "gpu-3")]))
+    held = claim_from_json(allocated_claim("c", [("h100-1", "gpu-3")]))
     assert (held.key, held.devices, held.extended, held.pods) == ("ml/c", (("h100-1", "gpu-3"),), False, ("uid-c",))
-    assert claim_from_json(claim("e", [("h100-1", "gpu-3")], extended=True)).extended
-    assert claim_from_json(claim("o", [("x", "y")], driver="dra.example.com")).devices == ()
-    pending = claim("p", [])
+    assert claim_from_json(allocated_claim("e", [("h100-1", "gpu-3")], extended=True)).extended
+    assert claim_from_json(allocated_claim("o", [("x", "y")], driver="dra.example.com")).devices == ()
+    pending = allocated_claim("p", [])
     del pending["status"]
     assert claim_from_json(pending).devices == ()
 
@@ -215,21 +198,25 @@ def test_slices_before_their_node_and_a_deleted_slice_are_applied() -> None:
 
 def test_a_claim_counts_its_devices_on_their_node_once_and_the_scheduler_made_ones_not_at_all() -> None:
     state = dra_state()
-    apply_events(state, "resourceclaims", [event("ADDED", claim("mine", [("dra", "gpu-0"), ("dra", "gpu-1")]))], POLICY)
+    apply_events(
+        state, "resourceclaims", [event("ADDED", allocated_claim("mine", [("dra", "gpu-0"), ("dra", "gpu-1")]))], POLICY
+    )
     assert used(state) == {GPU: 2}
     # kube-scheduler's claim for a pod's `nvidia.com/gpu` request: the pod's request counts it already
-    apply_events(state, "resourceclaims", [event("ADDED", claim("ext", [("dra", "gpu-2")], extended=True))], POLICY)
+    apply_events(
+        state, "resourceclaims", [event("ADDED", allocated_claim("ext", [("dra", "gpu-2")], extended=True))], POLICY
+    )
     assert used(state) == {GPU: 2}
-    apply_events(state, "resourceclaims", [event("MODIFIED", claim("mine", [("dra", "gpu-0")]))], POLICY)
+    apply_events(state, "resourceclaims", [event("MODIFIED", allocated_claim("mine", [("dra", "gpu-0")]))], POLICY)
     assert used(state) == {GPU: 1}
-    apply_events(state, "resourceclaims", [event("DELETED", claim("mine", []))], POLICY)
+    apply_events(state, "resourceclaims", [event("DELETED", allocated_claim("mine", []))], POLICY)
     assert used(state) == {}
     assert not [k for k in state.pods if k.startswith(CLAIM_KEY)]
 
 
 def test_claims_stay_counted_through_a_full_list_of_pods() -> None:
     state = dra_state()
-    apply_events(state, "resourceclaims", [event("ADDED", claim("mine", [("dra", "gpu-0")]))], POLICY)
+    apply_events(state, "resourceclaims", [event("ADDED", allocated_claim("mine", [("dra", "gpu-0")]))], POLICY)
     state.replace_pods([])
     assert used(state) == {GPU: 1}
 
@@ -238,7 +225,10 @@ def test_a_claim_on_a_device_no_slice_publishes_is_logged_and_not_counted(caplog
     state = dra_state()
     with caplog.at_level(logging.WARNING):
         apply_events(
-            state, "resourceclaims", [event("ADDED", claim("ghost", [("dra", "gpu-99"), ("dra", "gpu-1")]))], POLICY
+            state,
+            "resourceclaims",
+            [event("ADDED", allocated_claim("ghost", [("dra", "gpu-99"), ("dra", "gpu-1")]))],
+            POLICY,
         )
     assert used(state) == {GPU: 1}
     assert "ResourceClaim ml/ghost holds devices no ResourceSlice publishes, not counted: dra/gpu-99" in caplog.text
@@ -253,7 +243,7 @@ def test_a_malformed_slice_or_claim_event_is_skipped_with_its_reason(caplog: pyt
     state = dra_state()
     broken = gpu_slice("dra", "H100-80GB", 8)
     broken["spec"]["devices"] = "eight"
-    bad_claim = claim("bad", [("dra", "gpu-0")])
+    bad_claim = allocated_claim("bad", [("dra", "gpu-0")])
     bad_claim["status"]["allocation"]["devices"]["results"][0].pop("pool")
     with caplog.at_level(logging.WARNING):
         skipped = apply_events(state, "resourceslices", [event("MODIFIED", broken)], POLICY)

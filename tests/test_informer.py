@@ -7,6 +7,7 @@ kube-apiserver in test_watch_real.py."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,8 +21,10 @@ from kubernetes import client
 
 from gpupack.core.kube import RawListWatch
 from gpupack.extender.changes import apply_events, bound_at
-from gpupack.extender.informer import Backoff, Informer
+from gpupack.extender.informer import KINDS, Backoff, Informer
 from gpupack.extender.state import ClusterState
+from gpupack.testing.dra import allocated_claim as claim
+from gpupack.testing.dra import gpu_slice
 from tests.extender_kit import gpu_pod, node, policy
 
 GPU = "nvidia.com/gpu"
@@ -42,11 +45,13 @@ class FakeApiServer:
 
     def __init__(self) -> None:
         self.version = 100
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {"nodes": {}, "pods": {}}
-        self.history: dict[str, list[tuple[int, bytes]]] = {"nodes": [], "pods": []}
-        self.oldest = {"nodes": 0, "pods": 0}
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in KINDS}
+        self.history: dict[str, list[tuple[int, bytes]]] = {k: [] for k in KINDS}
+        self.oldest = dict.fromkeys(KINDS, 0)
         """Watches from a version below this get 410 Gone (the history was compacted)."""
-        self.streams: dict[str, list[asyncio.Queue[bytes]]] = {"nodes": [], "pods": []}
+        self.streams: dict[str, list[asyncio.Queue[bytes]]] = {k: [] for k in KINDS}
+        self.dra = False
+        """Serve `resource.k8s.io/v1` ResourceSlices and ResourceClaims too (else they are 404, not served)."""
         self.lists: list[str] = []
         self.watches: list[tuple[str, str]] = []
         """(kind, resourceVersion) of every watch request, in order."""
@@ -149,6 +154,8 @@ class FakeApiServer:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/api/v1/{kind:nodes|pods}", self.handle)
+        if self.dra:
+            app.router.add_get("/apis/resource.k8s.io/v1/{kind:resourceslices|resourceclaims}", self.handle)
         return app
 
 
@@ -236,6 +243,48 @@ async def test_a_malformed_pod_in_the_first_list_is_skipped_and_counted(
         assert state.used("n1")[GPU] == 3 and state.used("n2")[GPU] == 1 and state.used("n3") == {}
         assert len(state.pods) == 3  # the pending pod is not counted, the broken one is skipped
         assert informer.counters.skipped == 1 and informer.counters.lists == 2
+
+
+async def test_without_the_dra_api_the_informer_syncs_on_nodes_and_pods_and_says_so_once(
+    aiohttp_server: Any, fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        async with informing(aiohttp_server, fake) as (state, informer):
+            await asyncio.wait_for(informer.wait_synced(), 10)
+            assert state.used("n1")[GPU] == 3
+    refused = [r.getMessage() for r in caplog.records if "cannot list resource" in r.getMessage()]
+    assert sorted(m.split(" (")[0] for m in refused) == ["cannot list resourceclaims", "cannot list resourceslices"]
+    assert all("404" in m and "device-plugin GPUs only" in m for m in refused)
+
+
+# Stays on the fake: the real API server validates ResourceSlices, so no list of it carries a malformed one.
+async def test_a_malformed_resource_slice_and_a_claim_on_an_unpublished_device_are_skipped_with_a_reason(
+    aiohttp_server: Any, fake: FakeApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.dra = True
+    fake.seed("nodes", node("dra-1", {}), node("dra-2", {}))
+    broken = gpu_slice("dra-2", "H100-80GB", 8)
+    broken["spec"]["devices"][3]["capacity"]["memory"]["value"] = "eighty gigs"
+    fake.seed("resourceslices", gpu_slice("dra-1", "H100-80GB", 8), broken)
+    fake.seed("resourceclaims", claim("mine", [("dra-1", "gpu-0")]), claim("ghost", [("dra-2", "gpu-3")]))
+    with caplog.at_level(logging.WARNING):
+        async with informing(aiohttp_server, fake) as (state, informer):
+            await asyncio.wait_for(informer.wait_synced(), 10)
+            assert state.nodes["dra-1"].allocatable[GPU] == 8 and state.used("dra-1")[GPU] == 1
+            assert GPU not in state.nodes["dra-2"].allocatable
+            assert informer.counters.skipped == 1 and informer.counters.lists == 4
+            # a broken slice streamed later is skipped too, and the node keeps what it had
+            bad_event = gpu_slice("dra-1", "H100-80GB", 8)
+            bad_event["spec"]["devices"] = "eight"
+            fake.raw_event("resourceslices", "MODIFIED", bad_event)
+            deadline = time.monotonic() + 10
+            while informer.counters.skipped < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert informer.counters.skipped == 2 and state.nodes["dra-1"].allocatable[GPU] == 8
+    text = caplog.text
+    assert "ResourceSlice dra-2-gpu.nvidia.com: spec.devices[3].capacity.memory.value" in text
+    assert "ResourceSlice dra-1-gpu.nvidia.com: spec.devices must be a list" in text
+    assert "devices no ResourceSlice publishes, not counted: dra-2/gpu-3" in text
 
 
 # Stays on the fake: kube-apiserver reports an expired watch version as an ERROR event in the stream, with or

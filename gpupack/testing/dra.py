@@ -166,3 +166,22 @@ def partitionable_slices(node: str, model: str, gpus: int) -> list[dict[str, Any
     for one in (with_devices, with_counters):
         one["spec"]["pool"]["resourceSliceCount"] = 2
     return [with_devices, with_counters]
+
+
+def allocated_claim(
+    name: str, devices: Sequence[tuple[str, str]], extended: bool = False, driver: str = DRIVER, namespace: str = "ml"
+) -> dict[str, Any]:
+    """A ResourceClaim as kube-scheduler leaves it once allocated: (pool, device) of each result, reserved for one pod;
+    `extended`: made by kube-scheduler for a pod's extended-resource request (its annotation)."""
+    annotations = {"resource.kubernetes.io/extended-resource-claim": "true"} if extended else {}
+    results = [{"request": "gpu", "driver": driver, "pool": pool, "device": device} for pool, device in devices]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+        "status": {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"uid-{name}"}],
+        },
+    }
