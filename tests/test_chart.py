@@ -397,3 +397,24 @@ def test_every_value_the_documentation_sets_is_one_of_the_charts() -> None:
                 break  # the policy's fields are the model's (values.schema.json)
             assert isinstance(node, dict) and part in node, f"README sets {name}, which the chart does not have"
             node = node[part]
+
+
+def test_the_dra_objects_render_where_asked_and_validate() -> None:
+    """`dra.migDeviceClasses` renders one DeviceClass per MIG profile of the policy; `dra.claimTemplateNamespaces`
+    the ResourceClaimTemplates of `dra.memorySizing` into each namespace. Off by default."""
+    assert not [
+        o for o in render(f"certificates.webhook.caBundle={CA_BUNDLE}") if o["apiVersion"].startswith("resource.")
+    ]
+    objects = render(
+        f"certificates.webhook.caBundle={CA_BUNDLE}",
+        "dra.migDeviceClasses=true",
+        "dra.claimTemplateNamespaces={ml-a,ml-b}",
+    )
+    classes = find(objects, "DeviceClass")
+    policy = policy_of(objects)
+    assert {c["spec"]["extendedResourceName"] for c in classes} == {p.resource for p in policy.mig_profiles}
+    templates = find(objects, "ResourceClaimTemplate")
+    assert sorted({t["metadata"]["namespace"] for t in templates}) == ["ml-a", "ml-b"]
+    assert len(templates) == 2 * len({p.memory for p in policy.mig_profiles})
+    for obj in [*classes, *templates]:
+        assert validate(obj, kubernetes_validate.latest_version()) == [], obj["metadata"]["name"]

@@ -169,3 +169,105 @@ def test_partitionable_gpus_take_carved_slices_packed_and_a_whole_gpu_where_one_
         for name, unschedulable in [*((n, False) for n in others), ("dyn-1", True), ("dyn-2", True)]:
             with contextlib.suppress(urllib.error.HTTPError):
                 plane.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": unschedulable}}, MERGE)
+
+
+def cordon(plane: ControlPlane, names: list[str], unschedulable: bool = True) -> None:
+    for name in names:
+        with contextlib.suppress(urllib.error.HTTPError):
+            plane.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"unschedulable": unschedulable}}, MERGE)
+
+
+def claim_controller(plane: ControlPlane) -> None:
+    """kube-controller-manager's resource claim controller (claims from templates) and garbage collector."""
+    assert plane.tools.kube_controller_manager is not None
+    plane.spawn(
+        "kube-controller-manager",
+        [
+            str(plane.tools.kube_controller_manager),
+            f"--kubeconfig={plane.admin_kubeconfig}",
+            "--secure-port=0",
+            "--leader-elect=false",
+            "--controllers=resourceclaim-controller,garbage-collector-controller",
+        ],
+    )
+
+
+def sized(plane: ControlPlane, prefix: str, count: int) -> list[str]:
+    names = [f"{prefix}-{i}" for i in range(count)]
+    plane.apply([labelled_pod(n, {"workload": "inference", "gpu-memory": "4Gi"}, TEAM) for n in names])
+    return names
+
+
+def test_memory_sizing_through_dra_takes_a_second_gpu_model_when_the_first_is_full(
+    cluster: tuple[ControlPlane, Deployment],
+) -> None:
+    """One A100-40GB (seven 1g.5gb) and one H100 (seven 1g.10gb), eight pods of 4Gi. Pinned to the A100's
+    `nvidia.com/mig-1g.5gb`, the eighth waits with kube-scheduler's reason though the H100 is free. With
+    `dra.memorySizing`, each pod's claim asks for a 1g.5gb, else a 1g.10gb..., so once seven fill the A100 the
+    eighth takes an H100 slice. (Such pods are placed by kube-scheduler alone: its extender is called for pods
+    that request a GPU resource, `managedResources`, and these request a claim.)"""
+    plane, deployment = cluster
+    others = [n["metadata"]["name"] for n in plane.get("/api/v1/nodes")["items"]]
+    cordon(plane, others)
+    try:
+        claim_controller(plane)
+        plane.kubectl("apply", "-n", TEAM, "-f", str(ROOT / "manifests" / "dra" / "claimtemplates.yaml"))
+        for suffix in ("pinned", "sized"):
+            plane.node(f"a100-{suffix}", {"cpu": "96", "memory": "1000Gi"})
+            plane.apply([mig_slice(f"a100-{suffix}", "A100-40GB", [{"1g.5gb": 7}])])
+            plane.node(f"h100-{suffix}", {"cpu": "96", "memory": "1000Gi"})
+            plane.apply([mig_slice(f"h100-{suffix}", "H100-80GB", [{"1g.10gb": 7}])])
+        cordon(plane, ["a100-sized", "h100-sized"])
+
+        # device-plugin names (the default): pinned to the A100's profile
+        pinned = sized(plane, "pinned", 8)
+        bound = scheduled_all(plane, pinned[:7])
+        assert {p["spec"]["nodeName"] for p in bound} == {"a100-pinned"}
+        waiting = wait_until(
+            lambda: [
+                e
+                for e in plane.events(TEAM)
+                if e["involvedObject"]["name"] == pinned[7] and e["reason"] == "FailedScheduling"
+            ],
+            60,
+            "the eighth pod's FailedScheduling event",
+        )
+        assert "nvidia.com/mig-1g.5gb" in waiting[-1]["message"] or "cannot allocate" in waiting[-1]["message"]
+        assert not (plane.pod(TEAM, pinned[7]) or {})["spec"].get("nodeName")
+        plane.kubectl("-n", TEAM, "delete", "pod", pinned[7], "--wait=false")  # it would take a slice below
+        cordon(plane, ["a100-pinned", "h100-pinned"])
+        cordon(plane, ["a100-sized"], unschedulable=False)  # the H100 joins once the A100 is full
+
+        # DRA sizing on: the policy reloaded by the running webhook
+        set_policy(plane, ENFORCE + "dra:\n  memorySizing: true\n")
+        deployment.sync_volumes()
+        probe = labelled_pod("probe", {"workload": "inference", "gpu-memory": "4Gi"}, TEAM)
+
+        def dry_run_has_claim() -> bool:
+            done = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(probe))
+            return bool(json.loads(done.stdout)["spec"].get("resourceClaims"))
+
+        wait_until(dry_run_has_claim, 60, "the webhook sizing through DRA")
+        first = scheduled_all(plane, sized(plane, "sized", 7))
+        assert {p["spec"]["nodeName"] for p in first} == {"a100-sized"}
+        cordon(plane, ["h100-sized"], unschedulable=False)
+        (late,) = scheduled_all(plane, sized(plane, "late", 1))
+        assert late["spec"]["nodeName"] == "h100-sized"  # the A100 is full: the next model's smallest slice
+        pods = [*first, late]
+        for pod in pods:
+            assert pod["spec"]["resourceClaims"] == [
+                {"name": "gpupack-gpu", "resourceClaimTemplateName": "gpupack-gpu-5gi"}
+            ]
+            assert not any(
+                r.startswith("nvidia.com/") for r in pod["spec"]["containers"][0]["resources"].get("requests", {})
+            )
+        (status,) = late["status"]["resourceClaimStatuses"]
+        claim = plane.get(f"/apis/resource.k8s.io/v1/namespaces/{TEAM}/resourceclaims/{status['resourceClaimName']}")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        assert result["request"] == "gpu/mig-1g-10gb" and "-mig-1g10gb-" in result["device"], result
+        no_refusals(plane)
+    finally:
+        set_policy(plane, ENFORCE)
+        deployment.sync_volumes()
+        cordon(plane, others, unschedulable=False)
+        cordon(plane, ["a100-pinned", "h100-pinned", "a100-sized", "h100-sized"])

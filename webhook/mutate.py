@@ -22,12 +22,13 @@ from gpupack.core.lease import ASSUMED_LIVE, SchedulerStatus
 from gpupack.core.objects import STATEFULSET
 from gpupack.core.policy import ClassPolicy, Policy
 from gpupack.webhook.bounds import too_large
+from gpupack.webhook.claims import claim_template
 from gpupack.webhook.labels import LabelError, WorkloadRequest, read_request
 from gpupack.webhook.outcome import ChangeKind, Notes, clip
 from gpupack.webhook.patches import PatchBuilder, PatchOp
 from gpupack.webhook.placement import place
 from gpupack.webhook.priority import apply_priority
-from gpupack.webhook.resources import apply_gpu, apply_requests, asks_for_gpu, gpu_container
+from gpupack.webhook.resources import apply_claim, apply_gpu, apply_requests, asks_for_gpu, gpu_container
 from gpupack.webhook.routing import route
 from gpupack.webhook.sizing import choose_gpu
 from gpupack.webhook.tolerations import tolerate_gpu_taints
@@ -120,11 +121,14 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
     request = read_request(pod, policy.default_class)
     cls = policy.classes.of(request.workload)
     target = gpu_container(pod, policy.time_slicing.resource_name)
-    asked = apply_gpu(
-        pod, builder, policy, target, choose_gpu(request, cls, policy, ctx.facts.advertised_resources), notes
-    )
+    claimed = claim_template(request, cls, policy)
+    if claimed is not None:
+        asked = apply_claim(pod, builder, policy, target, *claimed, notes)
+    else:
+        choice = choose_gpu(request, cls, policy, ctx.facts.advertised_resources)
+        asked = apply_gpu(pod, builder, policy, target, choice, notes)
     if policy.tolerate_gpu_taints:
-        tolerate_gpu_taints(pod, builder, asked, notes)
+        tolerate_gpu_taints(pod, builder, asked or (contract.RESOURCE_GPU,), notes)
     apply_requests(pod, builder, policy, cls, notes)
     if stateful:
         place(pod, builder, policy, "forbid", "StatefulSet pods", notes)

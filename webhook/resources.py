@@ -11,6 +11,7 @@ from gpupack.core.k8s import Container, Pod
 from gpupack.core.objects import names_gpu
 from gpupack.core.policy import ClassPolicy, Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
+from gpupack.webhook.claims import CLAIM
 from gpupack.webhook.labels import LabelError
 from gpupack.webhook.outcome import Notes
 from gpupack.webhook.patches import PatchBuilder, Path
@@ -107,6 +108,38 @@ def apply_gpu(
     for warning in choice.warnings:
         notes.add("advice", warning)
     return (choice.resource,)
+
+
+def apply_claim(
+    pod: Pod, builder: PatchBuilder, policy: Policy, target: tuple[str, int], template: str, reason: str, notes: Notes
+) -> tuple[str, ...]:
+    """Give the GPU container the pod's claim from ResourceClaimTemplate `template` (`webhook.claims`) instead of
+    a GPU resource; a GPU resource the pod already names wins unless enforced (then it is removed). Returns the
+    GPU resources the container asks for once patched (none with the claim)."""
+    field, index = target
+    container = _container(pod, field, index)
+    base: Path = ("spec", field, index, "resources")
+    current = _gpu_keys(container, policy.time_slicing.resource_name)
+    said = f"claim {CLAIM} from ResourceClaimTemplate {template}"
+    if current:
+        written = ", ".join(f"{k}={v}" for k, v in current.items())
+        if not policy.enforces("gpu"):
+            notes.add("conflict", f"kept the pod's {written}; policy gives {said} ({reason})")
+            return tuple(current)
+        for key in current:
+            builder.remove((*base, "requests"), key)
+            builder.remove((*base, "limits"), key)
+        notes.add("conflict", f"replaced {written} with {said}: the policy enforces the GPU resource")
+    claims = builder.current(("spec", "resourceClaims"))
+    named = [c for c in claims if isinstance(c, dict) and c.get("name") == CLAIM] if isinstance(claims, list) else []
+    if not named:
+        builder.append(("spec", "resourceClaims"), {"name": CLAIM, "resourceClaimTemplateName": template})
+    elif named[0].get("resourceClaimTemplateName") != template:
+        notes.add("conflict", f"kept the pod's claim {CLAIM} ({named[0]}); policy gives {said}")
+        return ()
+    builder.append((*base, "claims"), {"name": CLAIM})
+    notes.add("gpu", f"{container.name} gets {said}: {reason}")
+    return ()
 
 
 def _request(container: Container, resource: str, default: str, enforced: bool) -> str | None:

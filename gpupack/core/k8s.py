@@ -55,6 +55,8 @@ class ResourceRequirements(_K8s):
 
     requests: dict[str, str | int | float] | None = None
     limits: dict[str, str | int | float] | None = None
+    claims: list[dict[str, Any]] | None = None
+    """The pod's ResourceClaims the container uses (DRA): kept, so a patch adding requests never drops them."""
 
 
 class Container(_K8s):
@@ -87,6 +89,8 @@ class PodSpec(_K8s):
     priority: int | None = None
     preemption_policy: str | None = None
     scheduler_name: str | None = None
+    resource_claims: list[dict[str, Any]] | None = None
+    """The pod's ResourceClaims (DRA), by name and template or claim: the webhook adds its own beside them."""
 
 
 class Pod(_K8s):

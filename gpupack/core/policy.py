@@ -398,6 +398,18 @@ class SchedulerPolicy(_Model):
         return value
 
 
+class DraPolicy(_Model):
+    """GPUs from DRA drivers (docs/platform/dra.md)."""
+
+    memory_sizing: bool = False
+    """Size a pod by `gpupack.io/gpu-memory` with a ResourceClaim instead of a MIG resource name: the pod references
+    the ResourceClaimTemplate `gpupack-gpu-<memory>` of the smallest profile that holds it, whose prioritized list
+    asks for that profile's MIG device, then each larger profile, then a whole GPU with that much memory, on any GPU
+    model. Needs NVIDIA's DRA driver on the GPU nodes and the templates in the pod's namespace (the chart's
+    `dra.claimTemplateNamespaces`, or `manifests/dra/claimtemplates.yaml`). Off: pods get the MIG resource name of
+    one model's profile, as device plugins and DeviceClasses with `extendedResourceName` serve it."""
+
+
 class Policy(_Model):
     """The whole policy document."""
 
@@ -442,6 +454,7 @@ class Policy(_Model):
     cluster: ClusterFacts = ClusterFacts()
     extender: ExtenderPolicy = ExtenderPolicy()
     scheduler: SchedulerPolicy = SchedulerPolicy()
+    dra: DraPolicy = DraPolicy()
 
     @field_validator("priority_classes", mode="before")
     @classmethod
