@@ -149,7 +149,17 @@ def list_pages(
         kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False, "_request_timeout": request_timeout}
         if token:
             kwargs["_continue"] = token
-        body = orjson.loads(call(**kwargs).data)
+        response = call(**kwargs)
+        try:
+            body = orjson.loads(response.data)
+        except BaseException:
+            # a connection broken mid-body: close it rather than leave its socket to the garbage collector
+            with suppress(Exception):
+                response.close()
+            raise
+        finally:
+            with suppress(Exception):
+                response.release_conn()
         meta = body.get("metadata") or {}
         yield body.get("items") or [], str(meta.get("resourceVersion") or "")
         token = meta.get("continue")
