@@ -75,6 +75,7 @@ def test_with_dra_sizing_the_webhook_writes_the_claim_and_no_gpu_resource() -> N
     assert not [r for r in container["resources"].get("requests", {}) if r.startswith("nvidia.com/")]
     assert "limits" not in container["resources"]
     assert any("ResourceClaimTemplate gpupack-gpu-18gi" in w for w in warnings)
+    assert any("placed by kube-scheduler alone" in w for w in warnings)
     # the GPU node taint is still tolerated: DRA GPU nodes carry it as device-plugin ones do
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
     # a second pass over the mutated pod changes nothing (reinvocation)

@@ -137,6 +137,12 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
     apply_priority(pod, builder, policy, cls, ctx.facts, notes)
     _autoscaler(pod, builder, policy, cls, request, notes)
     route(pod, builder, policy, ctx.scheduler, notes)
+    if claimed is not None and policy.scheduler.name is not None:
+        notes.add(
+            "advice",
+            "a pod with a GPU claim and no GPU resource is placed by kube-scheduler alone: the extender is asked "
+            "only about pods that request one (managedResources)",
+        )
     return request.workload
 
 
