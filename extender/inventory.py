@@ -15,7 +15,7 @@ from typing import Any
 from gpupack.core import contract
 from gpupack.core.dra import NodeGpus
 from gpupack.core.gpus.catalog import memory_share, mig_model_of
-from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, MIG_CONFIG
+from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, GFD_REPLICAS, MIG_CONFIG, json_object
 from gpupack.core.policy import Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
 from gpupack.core.spot import spot_label
@@ -79,14 +79,6 @@ def _int_label(labels: Mapping[str, str], key: str) -> int | None:
     return int(value)
 
 
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{where} must be an object")
-    return value
-
-
 def _amount(resource: str, text: Any) -> int:
     """Millicores for cpu, integers otherwise; 0 for anything unparsable (a broken node offers nothing)."""
     try:
@@ -103,10 +95,10 @@ def node_from_json(node: Mapping[str, Any], policy: Policy) -> NodeRecord:
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise ValueError("node without metadata.name")
     name: str = meta["name"]
-    labels = _mapping(meta.get("labels"), f"node {name}: metadata.labels")
-    spec = _mapping(node.get("spec"), f"node {name}: spec")
-    allocatable_raw = _mapping(
-        _mapping(node.get("status"), f"node {name}: status").get("allocatable"), f"node {name}: status.allocatable"
+    labels = json_object(meta.get("labels"), f"node {name}: metadata.labels")
+    spec = json_object(node.get("spec"), f"node {name}: spec")
+    allocatable_raw = json_object(
+        json_object(node.get("status"), f"node {name}: status").get("allocatable"), f"node {name}: status.allocatable"
     )
     taints_raw = spec.get("taints") or []
     if not isinstance(taints_raw, list):

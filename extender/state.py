@@ -201,10 +201,10 @@ class ClusterState:
     def replace_slices(self, slices: Iterable[DriverSlice]) -> None:
         """Replace every slice (after a full list)."""
         self._slices = {s.name: s for s in slices}
-        nodes = {s.node for s in self._slices.values()}
-        self._gpus = {
-            n: g for n in nodes if (g := node_gpus(n, (s for s in self._slices.values() if s.node == n))).devices
-        }
+        by_node: dict[str, list[DriverSlice]] = {}
+        for one in self._slices.values():
+            by_node.setdefault(one.node, []).append(one)
+        self._gpus = {n: g for n, found in by_node.items() if (g := node_gpus(n, found)).devices}
         for name in self._own:
             self._merge(name)
         self.derived = {}

@@ -121,21 +121,26 @@ def set_policy(plane: ControlPlane, text: str) -> None:
     plane.request("PUT", f"/api/v1/namespaces/{NS}/configmaps/gpupack-policy", policy)
 
 
+def readme_deploy(plane: ControlPlane, work: Path) -> Deployment:
+    """The README's Deploy section with kustomize, step by step, then the rollout's second step (enforce, once
+    audit looked right; the pods' volume reads it). The pods are not started: `run_gpupack` does that."""
+    plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
+    bundle = readme_certs(plane, work)
+    plane.kubectl("apply", "-k", str(ROOT / "manifests"))
+    patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in (0, 1)]
+    plane.kubectl("patch", "mutatingwebhookconfiguration", "gpupack", "--type=json", "-p", json.dumps(patch))
+    rendered = plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
+    deployment = Deployment(plane, [d for d in yaml.safe_load_all(rendered) if d], work / "pods")
+    set_policy(plane, ENFORCE)
+    return deployment
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Deployment]]:
     work = tmp_path_factory.mktemp("deploy")
     plane = audited_plane(work, "Metadata").start()
     try:
-        # The README's Deploy section, step by step.
-        plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
-        bundle = readme_certs(plane, work)
-        plane.kubectl("apply", "-k", str(ROOT / "manifests"))
-        patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in (0, 1)]
-        plane.kubectl("patch", "mutatingwebhookconfiguration", "gpupack", "--type=json", "-p", json.dumps(patch))
-        rendered = plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
-        deployment = Deployment(plane, [d for d in yaml.safe_load_all(rendered) if d], work / "pods")
-        # The rollout's second step (README): enforce, once audit looked right (the pod's volume reads it).
-        set_policy(plane, ENFORCE)
+        deployment = readme_deploy(plane, work)
         gpu_cluster(plane)
         run_gpupack(plane, deployment)
         yield plane, deployment

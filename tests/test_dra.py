@@ -24,6 +24,7 @@ from gpupack.testing.dra import (
     gpu_slice,
     mig_device,
     mig_slice,
+    partitionable_slices,
     resource_slice,
     uuid,
     whole_gpu,
@@ -295,22 +296,13 @@ def test_the_report_reads_a_dra_node_as_the_device_plugin_and_gfd_would_list_it(
 
 
 def test_mig_plan_leaves_dra_nodes_out_and_says_why() -> None:
-    counters = {f"memory-slice-{i}": {"value": "1"} for i in range(8)}
-    carved = mig_device("dyn", "A100-40GB", 0, "1g.5gb", 0)
-    carved["consumesCounters"] = [{"counterSet": "gpu-0-counter-set", "counters": {"memory-slice-0": {"value": "1"}}}]
-    partitionable = resource_slice("dyn", [carved])
-    shared = resource_slice("dyn", [])
-    shared["metadata"]["name"] = "dyn-counters"
-    del shared["spec"]["devices"]
-    shared["spec"]["sharedCounters"] = [{"name": "gpu-0-counter-set", "counters": counters}]
     cluster = from_objects(
         [
             {"kind": "Node", **node("plugin", {"nvidia.com/mig-1g.5gb": "7"}, {"nvidia.com/gpu.count": "1"})},
             {"kind": "Node", **node("fixed")},
             {"kind": "Node", **node("dyn")},
             {"kind": "ResourceSlice", **mig_slice("fixed", "A100-40GB", [{"1g.5gb": 7}])},
-            {"kind": "ResourceSlice", **partitionable},
-            {"kind": "ResourceSlice", **shared},
+            *({"kind": "ResourceSlice", **one} for one in partitionable_slices("dyn", "A100-40GB", 1)),
         ]
     )
     planned, skipped = mig_nodes(cluster, POLICY)

@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpupack.testing.control_plane import ControlPlane, wait_until
 from gpupack.testing.deployed import Deployment
 from gpupack.testing.dra import driver_classes, gpu_slice, mig_slice, partitionable_slices
 from tests.audit_log import audited_plane
-from tests.test_deploy_real import ENFORCE, labelled_pod, metric, no_refusals, readme_certs, run_gpupack, set_policy
+from tests.test_deploy_real import ENFORCE, labelled_pod, metric, no_refusals, readme_deploy, run_gpupack, set_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAM = "ml-dra"
@@ -46,14 +45,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
     work = tmp_path_factory.mktemp("dra")
     plane = audited_plane(work, "Metadata").start()
     try:
-        plane.kubectl("apply", "-f", str(ROOT / "manifests" / "namespace.yaml"))
-        bundle = readme_certs(plane, work)
-        plane.kubectl("apply", "-k", str(ROOT / "manifests"))
-        patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in (0, 1)]
-        plane.kubectl("patch", "mutatingwebhookconfiguration", "gpupack", "--type=json", "-p", json.dumps(patch))
-        rendered = plane.kubectl("kustomize", str(ROOT / "manifests")).stdout
-        deployment = Deployment(plane, [d for d in yaml.safe_load_all(rendered) if d], work / "pods")
-        set_policy(plane, ENFORCE)
+        deployment = readme_deploy(plane, work)
         # NVIDIA's driver's classes, and gpupack's DRA component serving each MIG profile as an extended resource
         plane.apply(driver_classes())
         plane.kubectl("apply", "-f", str(ROOT / "manifests" / "dra" / "deviceclasses.yaml"))

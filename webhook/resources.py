@@ -80,6 +80,24 @@ def _container(pod: Pod, field: str, index: int) -> Container:
     return containers[index]
 
 
+def _keeps_its_own_gpu(
+    current: dict[str, str], builder: PatchBuilder, policy: Policy, base: Path, said: str, reason: str, notes: Notes
+) -> bool:
+    """Whether the GPU resources the container names itself (`current`) stay instead of the policy's `said`: they
+    do unless the policy enforces the GPU resource, in which case they are removed. Either way a note says so."""
+    if not current:
+        return False
+    written = ", ".join(f"{k}={v}" for k, v in current.items())
+    if not policy.enforces("gpu"):
+        notes.add("conflict", f"kept the pod's {written}; policy gives {said} ({reason})")
+        return True
+    for key in current:
+        builder.remove((*base, "requests"), key)
+        builder.remove((*base, "limits"), key)
+    notes.add("conflict", f"replaced {written} with {said}: the policy enforces the GPU resource")
+    return False
+
+
 def apply_gpu(
     pod: Pod, builder: PatchBuilder, policy: Policy, target: tuple[str, int], choice: GpuChoice, notes: Notes
 ) -> tuple[str, ...]:
@@ -91,17 +109,10 @@ def apply_gpu(
     wanted = {choice.resource: str(choice.count)}
     current = _gpu_keys(container, policy.time_slicing.resource_name)
     said = f"{choice.resource}={choice.count}"
-    if current:
-        if current == wanted or _same_kind_without_count(current, choice):
-            return tuple(current)
-        written = ", ".join(f"{k}={v}" for k, v in current.items())
-        if not policy.enforces("gpu"):
-            notes.add("conflict", f"kept the pod's {written}; policy gives {said} ({choice.reason})")
-            return tuple(current)
-        for key in current:
-            builder.remove((*base, "requests"), key)
-            builder.remove((*base, "limits"), key)
-        notes.add("conflict", f"replaced {written} with {said}: the policy enforces the GPU resource")
+    if current and (current == wanted or _same_kind_without_count(current, choice)):
+        return tuple(current)
+    if _keeps_its_own_gpu(current, builder, policy, base, said, choice.reason, notes):
+        return tuple(current)
     builder.set_many((*base, "requests"), wanted)
     builder.set_many((*base, "limits"), wanted)
     notes.add("gpu", f"{container.name} gets {said}: {choice.reason}")
@@ -121,15 +132,8 @@ def apply_claim(
     base: Path = ("spec", field, index, "resources")
     current = _gpu_keys(container, policy.time_slicing.resource_name)
     said = f"claim {CLAIM} from ResourceClaimTemplate {template}"
-    if current:
-        written = ", ".join(f"{k}={v}" for k, v in current.items())
-        if not policy.enforces("gpu"):
-            notes.add("conflict", f"kept the pod's {written}; policy gives {said} ({reason})")
-            return tuple(current)
-        for key in current:
-            builder.remove((*base, "requests"), key)
-            builder.remove((*base, "limits"), key)
-        notes.add("conflict", f"replaced {written} with {said}: the policy enforces the GPU resource")
+    if _keeps_its_own_gpu(current, builder, policy, base, said, reason, notes):
+        return tuple(current)
     claims = builder.current(("spec", "resourceClaims"))
     named = [c for c in claims if isinstance(c, dict) and c.get("name") == CLAIM] if isinstance(claims, list) else []
     if not named:

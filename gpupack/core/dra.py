@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from gpupack.core import contract
-from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT
+from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, json_object
 from gpupack.core.quantity import QuantityError, parse_quantity
 
 log = logging.getLogger(__name__)
@@ -97,14 +97,6 @@ class ClaimDevices:
     """UIDs of the pods it is reserved for."""
 
 
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{where} must be an object")
-    return value
-
-
 def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
@@ -114,7 +106,7 @@ def _list(value: Any, where: str) -> list[Any]:
 
 
 def _name(obj: Any, kind: str) -> tuple[Mapping[str, Any], str]:
-    meta = _object(obj.get("metadata") if isinstance(obj, dict) else None, f"{kind}.metadata")
+    meta = json_object(obj.get("metadata") if isinstance(obj, dict) else None, f"{kind}.metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError(f"{kind} without metadata.name")
@@ -132,8 +124,8 @@ def _attribute(attributes: Mapping[str, Any], key: str) -> str:
 
 def _counters(value: Any, where: str) -> Counters:
     counters: dict[str, int] = {}
-    for name, counter in _object(value, where).items():
-        amount = _object(counter, f"{where}.{name}").get("value")
+    for name, counter in json_object(value, where).items():
+        amount = json_object(counter, f"{where}.{name}").get("value")
         if not isinstance(amount, (str, int, float)):
             raise ValueError(f"{where}.{name}.value is missing")
         try:
@@ -145,25 +137,27 @@ def _counters(value: Any, where: str) -> Counters:
 
 def _device(raw: Any, where: str) -> GpuDevice | None:
     """A GPU or MIG device; None for the driver's other device types (a VFIO GPU, say)."""
-    device = _object(raw, where)
+    device = json_object(raw, where)
     name = device.get("name")
     if not isinstance(name, str) or not name:
         raise ValueError(f"{where}.name is missing")
-    attributes = _object(device.get("attributes"), f"{where}.attributes")
+    attributes = json_object(device.get("attributes"), f"{where}.attributes")
     kind = _attribute(attributes, "type")
     if kind not in ("gpu", "mig"):
         return None
     profile = _attribute(attributes, "profile")
     if kind == "mig" and not profile:
         raise ValueError(f"{where} ({name}): a MIG device without the profile attribute")
-    memory_raw = _object(_object(device.get("capacity"), f"{where}.capacity").get("memory"), f"{where}.capacity.memory")
+    memory_raw = json_object(
+        json_object(device.get("capacity"), f"{where}.capacity").get("memory"), f"{where}.capacity.memory"
+    )
     try:
         memory = int(parse_quantity(memory_raw["value"])) if "value" in memory_raw else 0
     except QuantityError as exc:
         raise ValueError(f"{where}.capacity.memory.value: {exc}") from exc
     consumes = tuple(
         (
-            str(_object(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
+            str(json_object(c, f"{where}.consumesCounters[{i}]").get("counterSet") or ""),
             _counters(c.get("counters"), f"{where}.consumesCounters[{i}].counters"),
         )
         for i, c in enumerate(_list(device.get("consumesCounters"), f"{where}.consumesCounters"))
@@ -178,13 +172,13 @@ def slice_from_json(obj: Any) -> DriverSlice | None:
     """The GPUs one ResourceSlice publishes; None for another driver's slice or one not bound to a node. Raises
     ValueError naming the slice and the field that cannot be read."""
     _, name = _name(obj, "ResourceSlice")
-    spec = _object(obj.get("spec"), f"ResourceSlice {name}: spec")
+    spec = json_object(obj.get("spec"), f"ResourceSlice {name}: spec")
     if spec.get("driver") != DRIVER:
         return None
     node = spec.get("nodeName")
     if not isinstance(node, str) or not node:
         return None  # network-attached devices (nodeSelector, allNodes) are not a node's GPUs
-    pool = _object(spec.get("pool"), f"ResourceSlice {name}: spec.pool")
+    pool = json_object(spec.get("pool"), f"ResourceSlice {name}: spec.pool")
     generation = pool.get("generation", 0)
     if not isinstance(generation, int) or isinstance(generation, bool):
         raise ValueError(f"ResourceSlice {name}: spec.pool.generation must be an integer")
@@ -196,7 +190,7 @@ def slice_from_json(obj: Any) -> DriverSlice | None:
     )
     sets = tuple(
         (
-            str(_object(s, f"ResourceSlice {name}: spec.sharedCounters[{i}]").get("name") or ""),
+            str(json_object(s, f"ResourceSlice {name}: spec.sharedCounters[{i}]").get("name") or ""),
             _counters(s.get("counters"), f"ResourceSlice {name}: spec.sharedCounters[{i}].counters"),
         )
         for i, s in enumerate(_list(spec.get("sharedCounters"), f"ResourceSlice {name}: spec.sharedCounters"))
@@ -209,19 +203,19 @@ def claim_from_json(obj: Any) -> ClaimDevices:
     naming the claim and the field that cannot be read."""
     meta, name = _name(obj, "ResourceClaim")
     where = f"ResourceClaim {meta.get('namespace', '')}/{name}"
-    status = _object(obj.get("status"), f"{where}: status")
-    allocation = _object(status.get("allocation"), f"{where}: status.allocation")
-    results = _list(_object(allocation.get("devices"), f"{where}: status.allocation.devices").get("results"), where)
+    status = json_object(obj.get("status"), f"{where}: status")
+    allocation = json_object(status.get("allocation"), f"{where}: status.allocation")
+    results = _list(json_object(allocation.get("devices"), f"{where}: status.allocation.devices").get("results"), where)
     devices: list[tuple[str, str]] = []
     for i, raw in enumerate(results):
-        result = _object(raw, f"{where}: status.allocation.devices.results[{i}]")
+        result = json_object(raw, f"{where}: status.allocation.devices.results[{i}]")
         if result.get("driver") != DRIVER:
             continue
         pool, device = result.get("pool"), result.get("device")
         if not isinstance(pool, str) or not isinstance(device, str) or not pool or not device:
             raise ValueError(f"{where}: status.allocation.devices.results[{i}] without pool or device")
         devices.append((pool, device))
-    annotations = _object(meta.get("annotations"), f"{where}: metadata.annotations")
+    annotations = json_object(meta.get("annotations"), f"{where}: metadata.annotations")
     pods = tuple(
         str(r.get("uid") or "")
         for r in _list(status.get("reservedFor"), f"{where}: status.reservedFor")

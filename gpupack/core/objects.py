@@ -151,3 +151,13 @@ def gfd_labels(model: GpuModel, gpus: int, *, shared: bool = False) -> dict[str,
         raise ValueError(f"the catalog has no GFD product name for {model.name}")
     product = f"{model.product}-SHARED" if shared else model.product
     return {GFD_PRODUCT: product, GFD_COUNT: str(gpus), GFD_MEMORY: str(model.memory_mib)}
+
+
+def json_object(value: Any, where: str) -> Mapping[str, Any]:
+    """`value` as an object field of a raw object: empty when absent (null), ValueError naming `where` when it is
+    anything but an object."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    return value
