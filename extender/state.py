@@ -212,10 +212,6 @@ class ClusterState:
         for claim in list(self._claims.values()):
             self._count_claim(claim)
 
-    def gpus_of(self, node: str) -> NodeGpus | None:
-        """The GPUs a DRA driver publishes for `node` (None on a device-plugin node)."""
-        return self._gpus.get(node)
-
     def _device(self, pool: str, name: str) -> GpuDevice | None:
         gpus = self._gpus.get(pool)
         return None if gpus is None else next((d for d in gpus.devices if d.name == name), None)

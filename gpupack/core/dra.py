@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 DRIVER: Final = "gpu.nvidia.com"
 """NVIDIA's GPU DRA driver: its devices are the GPUs gpupack counts; other drivers' devices are left alone."""
 RESOURCE_SLICES: Final = ("resource.k8s.io", "v1", "resourceslices")
-RESOURCE_CLAIMS: Final = ("resource.k8s.io", "v1", "resourceclaims")
 DEVICE_CLASSES: Final = ("resource.k8s.io", "v1", "deviceclasses")
 EXTENDED_RESOURCE_CLAIM: Final = "resource.kubernetes.io/extended-resource-claim"
 """The annotation (value "true") kube-scheduler puts on the claim it makes for a pod's extended-resource request
