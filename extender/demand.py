@@ -8,12 +8,13 @@ the API server defaults it. The class comes from the webhook's annotation, else 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from gpupack.core import contract
+from gpupack.core.claim_templates import alternatives
 from gpupack.core.objects import is_statefulset_pod
 from gpupack.core.policy import Policy, WorkloadClass
 from gpupack.core.quantity import QuantityError, parse_quantity
@@ -41,6 +42,10 @@ class PodDemand:
     latency_critical: bool
     avoid_spot: bool
     """Must never run on a spot node: inference, StatefulSet pods, and classes whose policy forbids spot."""
+    alternatives: tuple[str, ...] = ()
+    """For a pod sized through one of gpupack's claim templates (and asking for no GPU resource itself): the GPU
+    resources its claim's prioritized list asks for, in order, one device of the first a node has free
+    (`gpupack.core.claim_templates.alternatives`). Empty for every other pod."""
 
     @property
     def shape(self) -> tuple[object, ...]:
@@ -52,7 +57,28 @@ class PodDemand:
             self.latency_critical,
             self.avoid_spot,
             tuple(sorted(self.requests.items())),
+            self.alternatives,
         )
+
+    @property
+    def asks_gpu(self) -> bool:
+        """Whether the pod needs a GPU device: a GPU resource, or a claim from gpupack's templates."""
+        return self.gpu_resource is not None or bool(self.alternatives)
+
+    def on(self, allocatable: Mapping[str, int], used: Mapping[str, int]) -> PodDemand:
+        """The demand on one node: a claim pod asks there for one device of the first of its alternatives the node
+        has free, as DRA's allocator takes the first entry of a prioritized list that the node can satisfy; where
+        none is free, the first the node offers (the filter then says it is full), else the first of all (the
+        filter says the node has none). Every other pod's demand is the same on every node.
+
+        kube-scheduler's DynamicResources plugin has already filtered out nodes where no alternative fits (its
+        Filter runs before the extender's), which is why a whole GPU's memory floor is not checked here."""
+        if not self.alternatives:
+            return self
+        offered = [r for r in self.alternatives if allocatable.get(r, 0) > 0]
+        free = [r for r in offered if allocatable[r] - used.get(r, 0) >= 1]
+        chosen = free[0] if free else offered[0] if offered else self.alternatives[0]
+        return replace(self, gpu_resource=chosen, gpu_count=1, requests={**self.requests, chosen: 1}, alternatives=())
 
     @property
     def shared(self) -> bool:
@@ -243,6 +269,7 @@ def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | Non
     workload = _workload_class(named)
     critical = workload == "inference" and labels.get(contract.LABEL_LATENCY) != "tolerant"
     forbid = workload is not None and policy.classes.of(workload).spot == "forbid"
+    asked = () if gpus else _claimed(spec, policy)
     return PodDemand(
         key=pod_key(meta),
         requests=requests,
@@ -251,4 +278,23 @@ def demand_of(pod: Mapping[str, Any], policy: Policy, cache: RequestsCache | Non
         workload=workload,
         latency_critical=critical,
         avoid_spot=workload == "inference" or forbid or is_statefulset_pod({"metadata": meta}),
+        alternatives=asked,
     )
+
+
+def _claimed(spec: Mapping[str, Any], policy: Policy) -> tuple[str, ...]:
+    """The alternatives of the first of the pod's claims made from one of gpupack's templates (`spec.resourceClaims`
+    naming a `resourceClaimTemplateName` the policy builds), empty when there is none. Raises DemandError for a
+    `resourceClaims` that is not a list of objects, as kube-scheduler's decoder refuses it."""
+    claims = _array(spec, "resourceClaims", "spec.resourceClaims")
+    if not claims:
+        return ()
+    templates = alternatives(policy)
+    for i, claim in enumerate(claims):
+        if not isinstance(claim, dict):
+            raise _wrong_type(f"spec.resourceClaims[{i}]", "an object", claim)
+        template = claim.get("resourceClaimTemplateName")
+        found = templates.get(template) if isinstance(template, str) else None
+        if found is not None:
+            return found
+    return ()

@@ -176,19 +176,21 @@ def preempt(
             continue
         known = [uid for uid in candidate.victims if (p := pods.get(uid)) is not None and p.node == name]
         unknown = tuple(uid for uid in candidate.victims if uid not in known)
-        refusal = _refusal(demand, without(snap, [pods[uid] for uid in known]), policy)
+        freed = without(snap, [pods[uid] for uid in known])
+        there = demand.on(snap.node.allocatable, freed.used)  # a claim pod: the device it would take there
+        refusal = _refusal(there, freed, policy)
         if refusal is not None:
             dropped[name] = refusal
             continue
         needed = list(known)
-        spare = [u for u in known if not any(r == demand.gpu_resource for r, _ in pods[u].requests)]
+        spare = [u for u in known if not any(r == there.gpu_resource for r, _ in pods[u].requests)]
         for uid in sorted(
             spare, key=lambda u: (pods[u].priority, pods[u].rank, _work([pods[u]], snap, now)), reverse=True
         ):
             fewer = [v for v in needed if v != uid]
             if not fewer and not unknown:
                 break  # a candidate with no victim is dropped by kube-scheduler: it needs at least one
-            if _refusal(demand, without(snap, [pods[v] for v in fewer]), policy) is None:
+            if _refusal(there, without(snap, [pods[v] for v in fewer]), policy) is None:
                 needed = fewer
         trimmed += len(known) - len(needed)
         records = [pods[uid] for uid in needed]

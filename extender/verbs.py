@@ -214,7 +214,18 @@ def snapshot(record: NodeRecord, view: View, now: float, wall: float, pod: str |
 
 
 def judge(demand: PodDemand, snaps: list[NodeSnapshot], policy: Policy, book: ShapeBook) -> list[Verdict]:
-    """Filter and score nodes (scored together: `gpupack` vectorizes over them)."""
+    """Filter and score nodes (scored together: `gpupack` vectorizes over them). A claim pod is judged on each node
+    as asking for the device it would take there (`PodDemand.on`), nodes asking alike scored together."""
+    if demand.alternatives:
+        groups: dict[str | None, tuple[PodDemand, list[int]]] = {}
+        for i, snap in enumerate(snaps):
+            there = demand.on(snap.node.allocatable, snap.used)
+            groups.setdefault(there.gpu_resource, (there, []))[1].append(i)
+        out: list[Verdict] = list(repeat(Verdict(None, 0), len(snaps)))
+        for there, at in groups.values():
+            for i, decided in zip(at, judge(there, [snaps[i] for i in at], policy, book), strict=True):
+                out[i] = decided
+        return out
     found = scores(demand, snaps, policy, book)
     return [Verdict(reject(demand, snap, policy), value) for snap, value in zip(snaps, found, strict=True)]
 
@@ -353,11 +364,11 @@ def _without_leaving(demand: PodDemand, name: str, rejection: Rejection, view: V
     if not leaving or record is None:
         return rejection
     snap = without(snapshot(record, view, now, time.time(), demand.key), leaving)
-    return reject(demand, snap, view.policy)
+    return reject(demand.on(record.allocatable, snap.used), snap, view.policy)
 
 
 def _assumed_if_alone(demand: PodDemand, outcome: FilterOutcome, view: View) -> FilterOutcome:
-    if len(outcome.passed) == 1 and demand.gpu_resource is not None:
+    if len(outcome.passed) == 1 and demand.asks_gpu:
         now = time.monotonic()
         if assumable(demand, outcome.passed[0], view, now):  # it passed, but may be a node the cache does not know
             _assume(demand, outcome.passed[0], view, now)
@@ -376,6 +387,7 @@ def assumable(demand: PodDemand, name: str, view: View, now: float) -> bool:
         return False
     state, allocatable = view.state, record.allocatable
     used = state.used(name, now, state.assumed_on(name, now, demand.key))
+    demand = demand.on(allocatable, used)
     return all(
         n <= allocatable.get(r, 0) - used.get(r, 0) or n == 0
         for r, n in demand.requests.items()
@@ -388,7 +400,7 @@ def prioritize_nodes(demand: PodDemand, args: ExtenderArgs, view: View) -> list[
     (see `assume_target`)."""
     decided = decide(demand, args, view)
     values = priorities(decided.scores, view.policy)
-    if values and demand.gpu_resource is not None:
+    if values and demand.asks_gpu:
         now = time.monotonic()
         target = assume_target(demand, decided, values, view, now)
         if target is not None:
@@ -440,6 +452,12 @@ def assume_target(demand: PodDemand, decided: Decisions, values: list[int], view
 
 
 def _assume(demand: PodDemand, node: str, view: View, now: float) -> None:
+    """Assume the pod on `node` (one the cache knows: `assumable` said so), a claim pod with the device it takes
+    there."""
+    if demand.alternatives:
+        state = view.state
+        used = state.used(node, now, state.assumed_on(node, now, demand.key))
+        demand = demand.on(state.nodes[node].allocatable, used)
     view.state.assume(demand.key, node, demand.requests, view.policy.extender.assume_seconds, now)
     log.debug("assumed pod=%s node=%s", demand.key, node)
 

@@ -233,7 +233,7 @@ def test_the_kustomize_base_has_none_of_helms_labels(folder: str) -> None:
         assert not is_hook(obj)
 
 
-def test_custom_mig_profiles_reach_the_extenders_managed_resources(tmp_path: Path) -> None:
+def test_custom_mig_profiles_reach_the_main_schedulers_managed_resources(tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     profiles = [
         {"name": "1g.10gb", "memory": "10Gi", "computeSlices": 1},
@@ -242,9 +242,9 @@ def test_custom_mig_profiles_reach_the_extenders_managed_resources(tmp_path: Pat
     values.write_text(
         yaml.safe_dump({"policy": {"migProfiles": profiles, "timeSlicing": {"resourceName": "nvidia.com/gpu.replica"}}})
     )
-    objects = render(f"certificates.webhook.caBundle={CA_BUNDLE}", values_file=values)
-    (config_map,) = find(objects, "ConfigMap", "gpupack-scheduler-config")
-    (extender,) = yaml.safe_load(config_map["data"]["scheduler-config.yaml"])["extenders"]
+    objects = render(f"certificates.webhook.caBundle={CA_BUNDLE}", "scheduler.mode=main", values_file=values)
+    (snippet,) = find(objects, "ConfigMap", "gpupack-scheduler-extender")
+    (extender,) = yaml.safe_load(snippet["data"]["extenders.yaml"])["extenders"]
     policy = policy_of(objects)
     expected = ["nvidia.com/gpu", "nvidia.com/gpu.replica", *(p.resource for p in policy.mig_profiles)]
     assert [r["name"] for r in extender["managedResources"]] == expected
@@ -279,9 +279,14 @@ def test_the_main_scheduler_mode_runs_the_extender_alone_behind_tls_with_client_
     assert set(extender["tlsConfig"]) == {"certFile", "keyFile", "caFile"}
     (second,) = find(render(*sets("defaults")), "ConfigMap", "gpupack-scheduler-config")
     (sidecar,) = yaml.safe_load(second["data"]["scheduler-config.yaml"])["extenders"]
-    assert {k: v for k, v in extender.items() if k not in ("urlPrefix", "tlsConfig")} == {
+    # the same entry, but that the main scheduler calls it only for GPU pods: the second one gets only those
+    assert {k: v for k, v in extender.items() if k not in ("urlPrefix", "tlsConfig", "managedResources")} == {
         k: v for k, v in sidecar.items() if k != "urlPrefix"
     }
+    policy = policy_of(objects)
+    expected = {"nvidia.com/gpu", policy.time_slicing.resource_name} | {p.resource for p in policy.mig_profiles}
+    assert {r["name"] for r in extender["managedResources"]} == expected
+    assert "managedResources" not in sidecar
 
 
 def test_the_servicemonitors_follow_the_extender_in_either_mode(rendered: dict[str, list[Obj]]) -> None:

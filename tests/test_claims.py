@@ -11,8 +11,9 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
+from gpupack.core.claim_templates import CLAIM, MAX_ALTERNATIVES, claim_templates
 from gpupack.core.policy import Policy, parse_policy
-from gpupack.webhook.claims import CLAIM, MAX_ALTERNATIVES, claim_templates, template_for
+from gpupack.webhook.claims import template_for
 from gpupack.webhook.mutate import plan
 from tests.conftest import W, context, make_pod
 
@@ -75,11 +76,18 @@ def test_with_dra_sizing_the_webhook_writes_the_claim_and_no_gpu_resource() -> N
     assert not [r for r in container["resources"].get("requests", {}) if r.startswith("nvidia.com/")]
     assert "limits" not in container["resources"]
     assert any("ResourceClaimTemplate gpupack-gpu-18gi" in w for w in warnings)
-    assert any("placed by kube-scheduler alone" in w for w in warnings)
+    assert not any("placed by the main scheduler's own plugins" in w for w in warnings)  # the extender packs it
     # the GPU node taint is still tolerated: DRA GPU nodes carry it as device-plugin ones do
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
     # a second pass over the mutated pod changes nothing (reinvocation)
     assert plan(pod, "team-a", context(ON)).ops == []
+
+
+def test_in_the_main_schedulers_mode_a_claim_pod_is_told_the_extender_is_not_asked_about_it() -> None:
+    """The main scheduler's extender entry lists managedResources (else every pod of the cluster would reach the
+    extender), and a claim pod requests no GPU resource."""
+    _, warnings = mutated(inference("12Gi"), ON + "scheduler:\n  name: null\n")
+    assert any("placed by the main scheduler's own plugins" in w for w in warnings)
 
 
 def test_without_dra_sizing_or_for_other_pods_nothing_changes() -> None:

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from typing import Any
 
 import pytest
 
+from gpupack.core.claim_templates import alternatives
 from gpupack.core.dra import claim_from_json, node_gpus, slice_from_json
 from gpupack.core.kube import offered_by_device_classes
-from gpupack.core.policy import Policy
+from gpupack.core.policy import Policy, parse_policy
 from gpupack.extender.changes import apply_events
+from gpupack.extender.demand import DemandError, demand_of
 from gpupack.extender.inventory import node_from_json
+from gpupack.extender.live import EMPTY
 from gpupack.extender.state import CLAIM_KEY, ClusterState
+from gpupack.extender.verbs import View, filter_nodes, prioritize_nodes
+from gpupack.extender.wire import ExtenderArgs
 from gpupack.migplan.demand import mig_nodes
 from gpupack.report.cluster import from_objects, gpu_nodes_of
 from gpupack.testing.dra import (
@@ -254,6 +260,92 @@ def test_a_malformed_slice_or_claim_event_is_skipped_with_its_reason(caplog: pyt
     assert used(state) == {}
     assert "spec.devices must be a list" in caplog.text
     assert "without pool or device" in caplog.text
+
+
+# the extender for pods sized through a claim (policy dra.memorySizing) ----------------------------------------------
+
+ON = parse_policy(b"dra:\n  memorySizing: true\n")
+SLICE_1G = "nvidia.com/mig-1g.5gb"
+
+
+def claim_pod(name: str, template: str = "gpupack-gpu-5gi") -> dict[str, Any]:
+    """A pod as the webhook leaves it with DRA sizing: a claim from one of gpupack's templates, no GPU resource."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "labels": {"gpupack.io/workload": "inference"},
+        },
+        "spec": {
+            "resourceClaims": [{"name": "gpupack-gpu", "resourceClaimTemplateName": template}],
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "claims": [{"name": "gpupack-gpu"}]},
+                }
+            ],
+        },
+    }
+
+
+def claim_view() -> View:
+    """Two A100-40GB nodes of seven fixed 1g.5gb devices (one 1g.5gb held on `a100-b`) and an H100 of seven
+    1g.10gb, all published by NVIDIA's driver."""
+    state = ClusterState()
+    events = []
+    for name, model, profile in (("a100-a", "A100-40GB", "1g.5gb"), ("a100-b", "A100-40GB", "1g.5gb"),
+                                 ("h100", "H100-80GB", "1g.10gb")):  # fmt: skip
+        state.upsert_node(node_from_json(node(name), ON))
+        events.append(event("ADDED", mig_slice(name, model, [{profile: 7}])))
+    apply_events(state, "resourceslices", events, ON)
+    held = next(d["name"] for d in mig_slice("a100-b", "A100-40GB", [{"1g.5gb": 7}])["spec"]["devices"])
+    apply_events(state, "resourceclaims", [event("ADDED", allocated_claim("held", [("a100-b", held)]))], ON)
+    return View(state, EMPTY, ON)
+
+
+def args(pod: dict[str, Any], names: list[str]) -> ExtenderArgs:
+    return ExtenderArgs(pod, names, None)
+
+
+def test_a_claim_pod_asks_for_its_templates_alternatives_in_order() -> None:
+    found = demand_of(claim_pod("p"), ON)
+    assert found.gpu_resource is None and found.asks_gpu
+    assert found.alternatives == alternatives(ON)["gpupack-gpu-5gi"]
+    assert found.alternatives[:2] == (SLICE_1G, "nvidia.com/mig-1g.10gb") and found.alternatives[-1] == GPU
+    # a claim from someone else's template is not gpupack's to size: the pod asks for no GPU the extender knows of
+    assert not demand_of(claim_pod("q", "their-template"), ON).asks_gpu
+    odd = claim_pod("s")
+    odd["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = ["gpupack-gpu-5gi"]  # not a name: not ours
+    assert not demand_of(odd, ON).asks_gpu
+    broken = claim_pod("r")
+    broken["spec"]["resourceClaims"] = ["gpupack-gpu"]
+    with pytest.raises(DemandError, match=r"spec.resourceClaims\[0\] must be an object, not a string"):
+        demand_of(broken, ON)
+
+
+def test_a_claim_pod_is_packed_onto_the_node_whose_first_alternative_is_in_use_and_assumed_there() -> None:
+    view = claim_view()
+    pod = claim_pod("p")
+    values = prioritize_nodes(demand_of(pod, ON), args(pod, ["a100-a", "a100-b", "h100"]), view)
+    assert values[1] == max(values) and values.count(max(values)) == 1, values
+    now = time.monotonic()
+    assert view.state.assumed_node("uid-p") == "a100-b"
+    assert view.state.used("a100-b", now).get(SLICE_1G) == 2  # the held device and this pod's
+    assert not view.state.used("a100-a", now).get(SLICE_1G)
+
+
+def test_a_claim_pod_takes_the_next_alternative_where_the_first_is_full() -> None:
+    view = claim_view()
+    for i in range(6):  # the rest of a100-b's 1g.5gb devices
+        pod = claim_pod(f"fill-{i}")
+        prioritize_nodes(demand_of(pod, ON), args(pod, ["a100-b"]), view)
+    assert view.state.used("a100-b", time.monotonic())[SLICE_1G] == 7
+    pod = claim_pod("late")
+    outcome = filter_nodes(demand_of(pod, ON), args(pod, ["a100-b", "h100"]), view)
+    assert outcome.passed == ["h100"]
+    assert outcome.failed == {"a100-b": "0 of 7 nvidia.com/mig-1g.5gb free, pod needs 1"}  # preemption may help
+    assert view.state.used("h100", time.monotonic()).get("nvidia.com/mig-1g.10gb") == 1  # assumed: the only node
 
 
 # the webhook's sizing and the report -------------------------------------------------------------------------------

@@ -196,8 +196,9 @@ def test_memory_sizing_through_dra_takes_a_second_gpu_model_when_the_first_is_fu
     """One A100-40GB (seven 1g.5gb) and one H100 (seven 1g.10gb), eight pods of 4Gi. Pinned to the A100's
     `nvidia.com/mig-1g.5gb`, the eighth waits with kube-scheduler's reason though the H100 is free. With
     `dra.memorySizing`, each pod's claim asks for a 1g.5gb, else a 1g.10gb..., so once seven fill the A100 the
-    eighth takes an H100 slice. (Such pods are placed by kube-scheduler alone: its extender is called for pods
-    that request a GPU resource, `managedResources`, and these request a claim.)"""
+    eighth takes an H100 slice. Then two more A100s: four such pods are packed onto one of them, since the
+    gpupack scheduler asks the extender about every pod it gets (no `managedResources`, which lists GPU resources
+    and would leave out pods that request a claim instead)."""
     plane, deployment = cluster
     others = [n["metadata"]["name"] for n in plane.get("/api/v1/nodes")["items"]]
     cordon(plane, others)
@@ -257,9 +258,17 @@ def test_memory_sizing_through_dra_takes_a_second_gpu_model_when_the_first_is_fu
         claim = plane.get(f"/apis/resource.k8s.io/v1/namespaces/{TEAM}/resourceclaims/{status['resourceClaimName']}")
         (result,) = claim["status"]["allocation"]["devices"]["results"]
         assert result["request"] == "gpu/mig-1g-10gb" and "-mig-1g10gb-" in result["device"], result
+
+        # packed: two empty A100s, four pods; kube-scheduler alone spreads them (its least-allocated score)
+        cordon(plane, ["a100-sized", "h100-sized"])
+        for name in ("a100-x", "a100-y"):
+            plane.node(name, {"cpu": "96", "memory": "1000Gi"})
+            plane.apply([mig_slice(name, "A100-40GB", [{"1g.5gb": 7}])])
+        packed = scheduled_all(plane, sized(plane, "packed", 4))
+        assert len({p["spec"]["nodeName"] for p in packed}) == 1, [p["spec"]["nodeName"] for p in packed]
         no_refusals(plane)
     finally:
         set_policy(plane, ENFORCE)
         deployment.sync_volumes()
         cordon(plane, others, unschedulable=False)
-        cordon(plane, ["a100-pinned", "h100-pinned", "a100-sized", "h100-sized"])
+        cordon(plane, ["a100-pinned", "h100-pinned", "a100-sized", "h100-sized", "a100-x", "a100-y"])

@@ -137,11 +137,11 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
     apply_priority(pod, builder, policy, cls, ctx.facts, notes)
     _autoscaler(pod, builder, policy, cls, request, notes)
     route(pod, builder, policy, ctx.scheduler, notes)
-    if claimed is not None and policy.scheduler.name is not None:
+    if claimed is not None and policy.scheduler.name is None:
         notes.add(
             "advice",
-            "a pod with a GPU claim and no GPU resource is placed by kube-scheduler alone: the extender is asked "
-            "only about pods that request one (managedResources)",
+            "a pod with a GPU claim and no GPU resource is placed by the main scheduler's own plugins: it asks the "
+            "extender only about pods that request a GPU resource (managedResources)",
         )
     return request.workload
 

@@ -7,11 +7,11 @@ node look emptier (or fuller) than it is, so every container of a GPU pod leaves
 from __future__ import annotations
 
 from gpupack.core import contract
+from gpupack.core.claim_templates import CLAIM
 from gpupack.core.k8s import Container, Pod
 from gpupack.core.objects import names_gpu
 from gpupack.core.policy import ClassPolicy, Policy
 from gpupack.core.quantity import QuantityError, parse_quantity
-from gpupack.webhook.claims import CLAIM
 from gpupack.webhook.labels import LabelError
 from gpupack.webhook.outcome import Notes
 from gpupack.webhook.patches import PatchBuilder, Path
@@ -124,8 +124,8 @@ def apply_gpu(
 def apply_claim(
     pod: Pod, builder: PatchBuilder, policy: Policy, target: tuple[str, int], template: str, reason: str, notes: Notes
 ) -> tuple[str, ...]:
-    """Give the GPU container the pod's claim from ResourceClaimTemplate `template` (`webhook.claims`) instead of
-    a GPU resource; a GPU resource the pod already names wins unless enforced (then it is removed). Returns the
+    """Give the GPU container the pod's claim from ResourceClaimTemplate `template` (`core.claim_templates`) instead
+    of a GPU resource; a GPU resource the pod already names wins unless enforced (then it is removed). Returns the
     GPU resources the container asks for once patched (none with the claim)."""
     field, index = target
     container = _container(pod, field, index)

@@ -93,7 +93,9 @@ charts/generate.py writes from the policy model; a policy with its own `migProfi
 
 {{/*
 The `extenders` entry of a KubeSchedulerConfiguration calling gpupack's extender at `url`, with `tls` (a
-tlsConfig) when given. Arguments: root, url, tls.
+tlsConfig) when given. Arguments: root, url, tls, managed. With `managed`, the entry lists managedResources: the
+main scheduler must call the extender only for GPU pods. The second scheduler only receives the pods the webhook
+sends it, and calls the extender for each of them, pods sized through a GPU claim (no GPU resource) included.
 */}}
 {{- define "gpupack.extenderEntry" -}}
 - urlPrefix: {{ .url | quote }}
@@ -112,11 +114,17 @@ tlsConfig) when given. Arguments: root, url, tls.
   tlsConfig:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  # Called only for pods requesting a GPU resource (one entry per resource: no wildcards).
+  {{- if .managed }}
+  # Called only for pods requesting a GPU resource (one entry per resource: no wildcards). Pods sized through a
+  # GPU claim (policy dra.memorySizing) request none: kube-scheduler's own plugins place them.
   managedResources:
     {{- range (include "gpupack.gpuResources" .root | fromYaml).resources }}
     - {name: {{ . }}, ignoredByScheduler: false}
     {{- end }}
+  {{- else }}
+  # No managedResources: called for every pod of this scheduler, which the webhook only gives opted-in GPU pods,
+  # pods sized through a GPU claim (no GPU resource to list) included.
+  {{- end }}
 {{- end }}
 
 {{/*
@@ -128,7 +136,7 @@ certificate from scheduler.clientCertDirectory.
 {{- $url := printf "https://gpupack-extender.%s.svc:8888" (include "gpupack.namespace" .) -}}
 {{- $tls := dict "certFile" (printf "%s/client.crt" $dir) "keyFile" (printf "%s/client.key" $dir) "caFile" (printf "%s/ca.crt" $dir) -}}
 extenders:
-{{ include "gpupack.extenderEntry" (dict "root" . "url" $url "tls" $tls) }}
+{{ include "gpupack.extenderEntry" (dict "root" . "url" $url "tls" $tls "managed" true) }}
 {{- end }}
 
 {{/*
