@@ -22,7 +22,7 @@ from gpupack.extender.state import CLAIM_KEY, ClusterState
 from gpupack.extender.verbs import View, filter_nodes, prioritize_nodes
 from gpupack.extender.wire import ExtenderArgs
 from gpupack.migplan.demand import mig_nodes
-from gpupack.report.cluster import from_objects, gpu_nodes_of
+from gpupack.report.cluster import from_objects, gpu_nodes_of, gpu_resources
 from gpupack.testing.dra import (
     allocated_claim,
     device_class,
@@ -385,6 +385,42 @@ def test_the_report_reads_a_dra_node_as_the_device_plugin_and_gfd_would_list_it(
     assert dra["metadata"]["labels"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "2"}
     assert cluster.node_by_name["plain"] == {"kind": "Node", **node("plain")}
     assert [n["metadata"]["name"] for n in gpu_nodes_of(cluster, POLICY)] == ["dra"]
+
+
+def test_the_report_reads_the_devices_a_pods_claims_hold_as_its_requests(caplog: pytest.LogCaptureFixture) -> None:
+    """A pod sized through a claim requests no GPU resource; its claim's devices count as its requests, once: the
+    claim kube-scheduler made for another pod's `nvidia.com/mig-1g.5gb` request is that pod's request already."""
+    devices = [d["name"] for d in mig_slice("dra", "A100-40GB", [{"1g.5gb": 7}])["spec"]["devices"]]
+    sized = {**claim_pod("sized"), "kind": "Pod"}
+    sized["spec"]["nodeName"] = "dra"
+    extended = {**gpu_pod_json("ext", {"nvidia.com/mig-1g.5gb": "1"}), "kind": "Pod"}
+    bad = allocated_claim("bad", [("dra", devices[3])])
+    bad["status"]["reservedFor"] = "sized"
+    with caplog.at_level(logging.WARNING):
+        cluster = from_objects(
+            [
+                {"kind": "Node", **node("dra")},
+                {"kind": "ResourceSlice", **mig_slice("dra", "A100-40GB", [{"1g.5gb": 7}])},
+                sized,
+                extended,
+                {"kind": "ResourceClaim", **allocated_claim("sized", [("dra", devices[0])])},
+                {"kind": "ResourceClaim", **allocated_claim("ext", [("dra", devices[1])], extended=True)},
+                {"kind": "ResourceClaim", **bad},
+            ]
+        )
+    pods = {p["metadata"]["name"]: p for p in cluster.pods}
+    assert gpu_resources(pods["sized"], POLICY) == {SLICE_1G: 1}
+    assert gpu_resources(pods["ext"], POLICY) == {SLICE_1G: 1}
+    container = pods["sized"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {SLICE_1G: "1"} and container["resources"]["claims"]
+    assert "ResourceClaim ml/bad: status.reservedFor must be a list" in caplog.text
+
+
+def gpu_pod_json(name: str, requests: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": {"nodeName": "dra", "containers": [{"name": "main", "resources": {"requests": requests}}]},
+    }
 
 
 def test_mig_plan_leaves_dra_nodes_out_and_says_why() -> None:

@@ -145,6 +145,31 @@ def preempt(plane: ControlPlane, work: Path) -> str:
         return str(answer.read().decode())
 
 
+def claimed(plane: ControlPlane) -> None:
+    """A DRA node whose GPU `gpu-0` a pod holds through its own ResourceClaim (no GPU resource in its containers),
+    allocated and reserved for it as kube-scheduler writes a claim's status."""
+    plane.node("dra-used", {"cpu": "64", "memory": "512Gi"})
+    plane.apply([gpu_slice("dra-used", "H100-80GB", 2)])
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "serve-dra-gpu", "namespace": "ml"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}},
+    }
+    plane.request("POST", "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims", claim)
+    body = pod("serve-dra-0", "dra-used", resourceClaims=[{"name": "gpu", "resourceClaimName": "serve-dra-gpu"}])
+    body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    running(plane, "ml", body)
+    uid = (plane.pod("ml", "serve-dra-0") or {})["metadata"]["uid"]
+    result = {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "dra-used", "device": "gpu-0"}
+    status = {
+        "allocation": {"devices": {"results": [result]}},
+        "reservedFor": [{"resource": "pods", "name": "serve-dra-0", "uid": uid}],
+    }
+    path = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/serve-dra-gpu/status"
+    plane.request("PATCH", path, {"status": status}, MERGE)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three A100 nodes (idle, underused, hot by their nvidia-smi logs) and what keeps the autoscaler from them: a
@@ -155,13 +180,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for namespace in (NAMESPACE, "ml", "gpu-operator"):
             plane.namespace(namespace)
         since = round(time.time() / 60) * 60 - 86400.0  # two days of logs around now: the Event falls in the window
-        utilization = (("idle", 4), ("under", 20), ("hot", 95), ("dra-idle", 3))
+        utilization = (("idle", 4), ("under", 20), ("hot", 95), ("dra-idle", 3), ("dra-used", 5))
         logs = [str(write_log(work / f"{n}.csv", u, start=since)) for n, u in utilization]
         for name in ("idle", "under", "hot"):
             plane.node(name, {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"}, A100)
         # a node whose two GPUs NVIDIA's DRA driver publishes: nothing of them in its allocatable or labels
         plane.node("dra-idle", {"cpu": "64", "memory": "512Gi"})
         plane.apply([gpu_slice("dra-idle", "H100-80GB", 2)])
+        claimed(plane)
         running(plane, "ml", pod("keep-x", "idle"))
         web = {"app": "web", "pod-template-hash": "7d9f8c"}
         running(plane, "ml", pod("web-7d9f8c-abcde", "under", owned("ReplicaSet", "web-7d9f8c"), web, gpus=1))
@@ -227,7 +253,12 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
         assert sum(f"fieldSelector=reason%3D{reason}" in uri for uri in events) == 1, events
     assert len(events) == 3
     listed = cluster.plane.kubectl(
-        "get", "nodes,pods,pdb,daemonsets,events,resourceslices", "-A", "-o", "json", kubeconfig=cluster.kubeconfig
+        "get",
+        "nodes,pods,pdb,daemonsets,events,resourceslices,resourceclaims",
+        "-A",
+        "-o",
+        "json",
+        kubeconfig=cluster.kubeconfig,
     )
     file = cluster.work / "cluster.json"
     file.write_text(listed.stdout)
@@ -237,6 +268,14 @@ def test_the_report_sees_what_the_api_holds_as_kubectl_get_shows_it(cluster: Clu
     found = {(f["kind"], f["node"], f["pod"], f["evidence"].get("reason")) for f in judged(live)["findings"]}
     assert ("idle-node", "idle", None, None) in found
     assert ("idle-node", "dra-idle", None, None) in found  # its GPUs come from ResourceSlices
+    # the whole GPU a pod holds through its ResourceClaim is that pod's: under 10 % it is oversized
+    (oversized,) = [f for f in judged(live)["findings"] if f["workload"] == "Pod ml/serve-dra-0"]
+    assert (oversized["kind"], oversized["node"], oversized["evidence"]["util_mean"]) == (
+        "oversized-workload",
+        "dra-used",
+        5,
+    )
+    assert "drop the ResourceClaim that gives it the whole GPU" in oversized["action"]
     assert ("scale-down-blocker", "idle", "ml/keep-x", "NotReplicated") in found  # a pod
     assert ("scale-down-blocker", "under", "ml/web-7d9f8c-abcde", "NotEnoughPdb") in found  # its PDB's status
     assert ("scale-down-blocker", "idle", None, "DaemonSetUtilization") in found  # the DaemonSet's pod
@@ -289,8 +328,8 @@ def test_without_the_dra_lists_the_report_counts_device_plugin_gpus_and_says_so(
     assert done.returncode == 0, done.stderr
     assert "cannot list resourceslices.resource.k8s.io (403): the report counts device-plugin GPUs only" in done.stderr
     without, full = judged(done)["savings"], judged(report(cluster, "--kubeconfig", str(cluster.kubeconfig)))["savings"]
-    # the DRA node's GPUs are missing from the count without them, and there with them
-    assert (without["gpu_nodes_now"], full["gpu_nodes_now"]) == (4, 5)
+    # the DRA nodes' GPUs are missing from the count without them, and there with them
+    assert (without["gpu_nodes_now"], full["gpu_nodes_now"]) == (4, 6)
     assert "dra-idle" not in without["removable"] and "dra-idle" in full["removable"]
 
 

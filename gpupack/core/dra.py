@@ -356,6 +356,64 @@ def node_with_gpus(node: Mapping[str, Any], gpus: NodeGpus | None) -> Mapping[st
     return {**node, "metadata": {**meta, "labels": labels}, "status": {**status, "allocatable": allocatable}}
 
 
+def held_by_pod(claims: Iterable[Any], gpus: Mapping[str, NodeGpus]) -> dict[str, dict[str, int]]:
+    """Per pod UID, the extended resources that the driver's devices of the claims reserved for it amount to.
+
+    Claims kube-scheduler made for an extended-resource request are left out (the pod's request says it already),
+    and so are devices no slice publishes; a malformed claim is skipped, logged with the reason. A claim shared by
+    several pods counts for each (each holds the device while it runs)."""
+    devices = {(node, d.name): d for node, found in gpus.items() for d in found.devices}
+    held: dict[str, dict[str, int]] = {}
+    for raw in claims:
+        try:
+            claim = claim_from_json(raw)
+        except ValueError as exc:
+            log.warning("skipping a malformed ResourceClaim: %s", exc)
+            continue
+        if claim.extended or not claim.devices:
+            continue
+        resources: dict[str, int] = {}
+        for on in held_resources(claim, devices).values():
+            for resource, count in on.items():
+                resources[resource] = resources.get(resource, 0) + count
+        for uid in claim.pods:
+            mine = held.setdefault(uid, {})
+            for resource, count in resources.items():
+                mine[resource] = mine.get(resource, 0) + count
+    return held
+
+
+def pod_with_devices(pod: Mapping[str, Any], held: Mapping[str, int] | None) -> Mapping[str, Any]:
+    """A Pod object whose container that uses its claims (`resources.claims`, else the first) also requests and
+    limits, as extended resources, the devices its claims hold (`held_by_pod`): the report reads a pod's GPUs from
+    its requests, as the device plugin would have them. The pod itself when its claims hold none."""
+    if not held:
+        return pod
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or not isinstance(containers, list) or not containers:
+        return pod
+    at = next(
+        (i for i, c in enumerate(containers) if isinstance(c, dict) and (c.get("resources") or {}).get("claims")), 0
+    )
+    container = containers[at] if isinstance(containers[at], dict) else {}
+    resources = container.get("resources")
+    resources = resources if isinstance(resources, dict) else {}
+    added: dict[str, Any] = {}
+    for part in ("requests", "limits"):
+        values = dict(resources[part]) if isinstance(resources.get(part), dict) else {}
+        for resource, count in held.items():
+            try:
+                have = int(parse_quantity(values.get(resource, 0)))
+            except QuantityError:
+                have = 0
+            values[resource] = str(have + count)
+        added[part] = values
+    changed = [*containers]
+    changed[at] = {**container, "resources": {**resources, **added}}
+    return {**pod, "spec": {**spec, "containers": changed}}
+
+
 def gpus_by_node(slices: Iterable[Any]) -> dict[str, NodeGpus]:
     """Each node's GPUs from raw ResourceSlices; malformed slices are skipped, logged with the reason."""
     published: dict[str, list[DriverSlice]] = {}

@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         type=Path,
         metavar="FILE",
-        help="`kubectl get nodes,pods,pdb,daemonsets,events -A -o json` output (add resourceslices where a DRA driver "
-        "publishes GPUs)",
+        help="`kubectl get nodes,pods,pdb,daemonsets,events -A -o json` output (add resourceslices,resourceclaims "
+        "where a DRA driver publishes GPUs)",
     )
     parser.add_argument(
         "--window", help="length of the window (default 7d; nvidia-smi: what the logs cover; Prometheus durations)"

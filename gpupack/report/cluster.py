@@ -1,6 +1,6 @@
 """The cluster the report judges: nodes, pods, PodDisruptionBudgets, DaemonSets and Events as the API returns them,
-with the ResourceSlices of a DRA driver's GPUs where there are any, from
-`kubectl get nodes,pods,pdb,daemonsets,events,resourceslices -A -o json` or read through the API
+with the ResourceSlices of a DRA driver's GPUs and the ResourceClaims holding them where there are any, from
+`kubectl get nodes,pods,pdb,daemonsets,events,resourceslices,resourceclaims -A -o json` or read through the API
 (`gpupack.core.kube.KubeClusterObjects`, which lists only the Events kube-scheduler writes on preemption victims).
 
 Objects stay raw JSON (the findings read a few fields each); this module answers the questions several findings
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupack.core import contract
-from gpupack.core.dra import NodeGpus, gpus_by_node, node_with_gpus
+from gpupack.core.dra import NodeGpus, gpus_by_node, held_by_pod, node_with_gpus, pod_with_devices
 from gpupack.core.objects import controller_of, is_finished, labels_of
 from gpupack.core.policy import Policy
 from gpupack.extender.demand import DemandError, pod_requests
@@ -32,6 +32,7 @@ KINDS = {
     "DaemonSet": "daemonsets",
     "Event": "events",
     "ResourceSlice": "resourceslices",
+    "ResourceClaim": "resourceclaims",
 }
 
 
@@ -131,16 +132,21 @@ def gpu_nodes_of(cluster: Cluster, policy: Policy) -> list[dict[str, Any]]:
 def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") -> Cluster:
     """Group objects by kind; other kinds are ignored (a `kubectl get all` output works too). A node whose GPUs
     a DRA driver publishes in ResourceSlices is read with them in its allocatable (`dra.node_with_gpus`), as the
-    device plugin would list them, so every finding counts them."""
+    device plugin would list them, and a pod whose ResourceClaims hold such devices with them in its requests
+    (`dra.pod_with_devices`), so every finding counts them."""
     grouped: dict[str, list[dict[str, Any]]] = {v: [] for v in KINDS.values()}
     for obj in objects:
         group = KINDS.get(str(obj.get("kind") or ""))
         if group is not None and isinstance(obj, dict):
             grouped[group].append(obj)
     gpus = gpus_by_node(grouped["resourceslices"])
+    held = held_by_pod(grouped["resourceclaims"], gpus)
     return Cluster(
         nodes=tuple(dict(node_with_gpus(n, gpus.get(name(n)))) for n in grouped["nodes"]),
-        pods=tuple(grouped["pods"]),
+        pods=tuple(
+            dict(pod_with_devices(p, held.get(str((p.get("metadata") or {}).get("uid") or ""))))
+            for p in grouped["pods"]
+        ),
         pdbs=tuple(grouped["pdbs"]),
         daemonsets=tuple(grouped["daemonsets"]),
         events=tuple(grouped["events"]),

@@ -143,6 +143,8 @@ def findings(inputs: Inputs) -> list[Finding]:
             f"and drop its {contract.RESOURCE_GPU} request and limit (a GPU the pod names wins over the webhook's "
             "sizing unless the policy enforces `gpu`)"
         )
+        if any((p.get("spec") or {}).get("resourceClaims") for p in r.pods):  # its GPU comes from a ResourceClaim
+            drop = "and drop the ResourceClaim that gives it the whole GPU (the webhook then sizes it)"
         if r.choice.resource == contract.RESOURCE_GPU:
             action = (
                 f"its GPUs are {r.util:.0f} % used with {r.used_mib / 1024:.1f} GiB at most, but no MIG profile or "
