@@ -107,13 +107,16 @@ EMPTY = LiveMetrics({}, 0.0)
 _SERIALS = itertools.count(1)
 
 
-def aggregate(series: Iterable[Series], node_label: str | None, read_at: float) -> LiveMetrics:
-    """Fold DCGM series into per-node, per-GPU state. Series without a node or GPU label are skipped."""
+def aggregate(
+    series: Iterable[Series], node_label: str | None, read_at: float, by_uuid: Mapping[str, str] | None = None
+) -> LiveMetrics:
+    """Fold DCGM series into per-node, per-GPU state. Series without a node or GPU label are skipped; a series of
+    a GPU a DRA driver publishes is its node's by UUID (`by_uuid`, `dcgm.node_of`)."""
     series = list(series)
     exporters = exporter_pods(s.labels for s in series)
     nodes: dict[str, dict[str, GpuLive]] = {}
     for s in series:
-        node = node_of(s.labels, node_label)
+        node = node_of(s.labels, node_label, by_uuid)
         gpu_index = s.labels.get(GPU)
         if node is None or gpu_index is None:
             continue

@@ -109,7 +109,9 @@ def build_app(config: ExtenderConfig, registry: CollectorRegistry | None = None)
         elif extender.metrics is not None:
             extender.metrics.metrics_read_failures.inc()
 
-    live = LiveMetricsCache(metrics_source(config), lambda: store.policy.extender.metrics, on_read)
+    live = LiveMetricsCache(
+        metrics_source(config), lambda: store.policy.extender.metrics, on_read, lambda: extender.state.gpu_nodes
+    )
 
     async def background(_app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(store.watch(config.policy_poll_seconds))]

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -149,9 +149,14 @@ class LiveMetricsCache:
     """The last snapshot read from a source, refreshed every `poll_seconds` until cancelled."""
 
     def __init__(
-        self, source: MetricsSource | None, policy: Callable[[], MetricsPolicy], on_read: Callable[[bool], None]
+        self,
+        source: MetricsSource | None,
+        policy: Callable[[], MetricsPolicy],
+        on_read: Callable[[bool], None],
+        by_uuid: Callable[[], Mapping[str, str]] = dict,
     ) -> None:
         self.source = source
+        self._by_uuid = by_uuid
         self.snapshot: LiveMetrics = EMPTY
         self._policy = policy
         self._on_read = on_read
@@ -164,7 +169,7 @@ class LiveMetricsCache:
         series = self.source.read(policy)
         if series is None:
             return self.snapshot
-        return aggregate(series, policy.node_label, time.time())
+        return aggregate(series, policy.node_label, time.time(), self._by_uuid())
 
     async def refresh(self) -> bool:
         """Read once; on failure keep the last snapshot (its samples age out) and say so once per outage."""

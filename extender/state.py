@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from gpupack.core.dra import ClaimDevices, DriverSlice, GpuDevice, NodeGpus, held_resources, node_gpus
+from gpupack.core.dra import ClaimDevices, DriverSlice, GpuDevice, NodeGpus, held_resources, node_gpus, nodes_by_uuid
 from gpupack.extender.inventory import NodeRecord, with_gpus
 
 Requests = tuple[tuple[str, int], ...]
@@ -111,6 +111,9 @@ class ClusterState:
         self._slices: dict[str, DriverSlice] = {}
         """NVIDIA's driver's ResourceSlices by name."""
         self._gpus: dict[str, NodeGpus] = {}
+        self.gpu_nodes: Mapping[str, str] = {}
+        """The node of each GPU UUID a DRA driver publishes (`dra.nodes_by_uuid`): the live metrics map DCGM
+        series by it. Replaced, never changed in place, so the metrics thread reads it without a lock."""
         """Per node, the GPUs its slices publish."""
         self._claims: dict[str, ClaimDevices] = {}
         """ResourceClaims holding the driver's devices, by namespace/name."""
@@ -179,6 +182,7 @@ class ClusterState:
             self._gpus[node] = gpus
         else:
             self._gpus.pop(node, None)
+        self.gpu_nodes = nodes_by_uuid(self._gpus)
         self._merge(node)
         self._touch(node)
         for claim in [c for c in self._claims.values() if any(pool == node for pool, _ in c.devices)]:
@@ -205,6 +209,7 @@ class ClusterState:
         for one in self._slices.values():
             by_node.setdefault(one.node, []).append(one)
         self._gpus = {n: g for n, found in by_node.items() if (g := node_gpus(n, found)).devices}
+        self.gpu_nodes = nodes_by_uuid(self._gpus)
         for name in self._own:
             self._merge(name)
         self.derived = {}

@@ -3,26 +3,30 @@ node records: a DRA node counts for placement as the device-plugin node with the
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpupack.core.claim_templates import alternatives
-from gpupack.core.dra import claim_from_json, node_gpus, slice_from_json
+from gpupack.core.dra import claim_from_json, gpus_by_node, node_gpus, nodes_by_uuid, slice_from_json
 from gpupack.core.kube import offered_by_device_classes
-from gpupack.core.policy import Policy, parse_policy
+from gpupack.core.policy import MetricsPolicy, Policy, parse_policy
 from gpupack.extender.changes import apply_events
 from gpupack.extender.demand import DemandError, demand_of
 from gpupack.extender.inventory import node_from_json
 from gpupack.extender.live import EMPTY
+from gpupack.extender.sources import LiveMetricsCache, StaticSource
 from gpupack.extender.state import CLAIM_KEY, ClusterState
 from gpupack.extender.verbs import View, filter_nodes, prioritize_nodes
 from gpupack.extender.wire import ExtenderArgs
 from gpupack.migplan.demand import mig_nodes
 from gpupack.report.cluster import from_objects, gpu_nodes_of, gpu_resources
+from gpupack.testing.dcgm import Gpu, Node, exposition
 from gpupack.testing.dra import (
     allocated_claim,
     device_class,
@@ -219,6 +223,36 @@ def test_a_claim_counts_its_devices_on_their_node_once_and_the_scheduler_made_on
     apply_events(state, "resourceclaims", [event("DELETED", allocated_claim("mine", []))], POLICY)
     assert used(state) == {}
     assert not [k for k in state.pods if k.startswith(CLAIM_KEY)]
+
+
+def test_dcgm_series_of_a_dra_gpu_are_its_nodes_by_uuid_whatever_the_host_label(tmp_path: Path) -> None:
+    """The exporter's host label holds its own pod's name where NODE_NAME is unset; the GPU's UUID, which the
+    driver publishes too, still names the node, so the hot filter sees the DRA node's GPUs."""
+    state = dra_state()
+    assert len(state.gpu_nodes) == 8 and set(state.gpu_nodes.values()) == {"dra"}
+    text = exposition([Node("dra", [Gpu(95.0)] * 8)]).replace('hostname="dra"', 'hostname="dcgm-exporter-x7k2p"')
+    path = tmp_path / "metrics.txt"
+    path.write_text(text)
+    reads: list[bool] = []
+    cache = LiveMetricsCache(StaticSource(path), MetricsPolicy, reads.append, lambda: state.gpu_nodes)
+    asyncio.run(cache.refresh())
+    assert reads == [True] and "dcgm-exporter-x7k2p" not in cache.snapshot.nodes
+    assert cache.snapshot.fresh_utils("dra", time.time(), 60) == (0.95,) * 8
+    pod = {
+        "metadata": {"name": "serve", "namespace": "ml", "labels": {"gpupack.io/workload": "inference"}},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {GPU: "1"}}}]},
+    }
+    outcome = filter_nodes(
+        demand_of(pod, POLICY), ExtenderArgs(pod, ["dra"], None), View(state, cache.snapshot, POLICY)
+    )
+    assert outcome.unresolvable["dra"].startswith("every GPU is above the hot threshold"), outcome
+    # without the map the series are the exporter pod's, and the DRA node has no measured GPU
+    blind = LiveMetricsCache(StaticSource(path), MetricsPolicy, reads.append)
+    asyncio.run(blind.refresh())
+    assert set(blind.snapshot.nodes) == {"dcgm-exporter-x7k2p"}
+    # a MIG device names its GPU by parentUUID: the same GPU, the same node
+    mig = gpus_by_node([mig_slice("m", "A100-40GB", [{"1g.5gb": 7}, {"3g.20gb": 2}])])
+    assert nodes_by_uuid(mig) == {uuid("m", 0): "m", uuid("m", 1): "m"}
 
 
 def test_claims_stay_counted_through_a_full_list_of_pods() -> None:

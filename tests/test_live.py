@@ -99,6 +99,14 @@ def test_the_admins_node_label_wins_over_the_host_label() -> None:
     }
 
 
+def test_a_gpu_a_dra_driver_publishes_is_its_nodes_by_uuid_before_any_label() -> None:
+    by_uuid = {"GPU-0": "dra-node"}
+    assert node_of({"UUID": "GPU-0", "node": "n9", "hostname": "exporter-pod"}, "node", by_uuid) == "dra-node"
+    assert node_of({"UUID": "GPU-7", "node": "n9"}, "node", by_uuid) == "n9"  # not a DRA GPU: the labels decide
+    live = aggregate([s(GPU_UTIL, 40.0, hostname="exporter-pod")], None, NOW, by_uuid)
+    assert set(live.nodes) == {"dra-node"}
+
+
 def test_series_without_node_or_gpu_are_skipped() -> None:
     no_gpu = Series(GPU_UTIL, {"hostname": "n1"}, 50.0, NOW)
     no_node = Series(GPU_UTIL, {"gpu": "0"}, 50.0, NOW)

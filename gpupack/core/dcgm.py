@@ -55,8 +55,14 @@ POD_LABELS: Final = (POD, NAMESPACE, EXPORTED_POD, EXPORTED_NAMESPACE)
 """Every label that may name the workload of a series."""
 
 
-def node_of(labels: Mapping[str, str], node_label: str | None) -> str | None:
-    """The node a series belongs to: the label the admin names, else the host label in either spelling."""
+def node_of(labels: Mapping[str, str], node_label: str | None, by_uuid: Mapping[str, str] | None = None) -> str | None:
+    """The node a series belongs to: the node whose DRA driver publishes the series' GPU (`by_uuid`, GPU UUID to
+    node, from `gpupack.core.dra.nodes_by_uuid`), else the label the admin names, else the host label in either
+    spelling."""
+    if by_uuid:
+        found = by_uuid.get(labels.get(UUID, ""))
+        if found:
+            return found
     for key in (node_label,) if node_label else HOST_LABELS:
         value = labels.get(key)
         if value:

@@ -63,6 +63,9 @@ class GpuDevice:
     """Its `memory` capacity, in bytes (0 when not published)."""
     consumes: tuple[tuple[str, Counters], ...] = ()
     """(counter set, counters) it takes while allocated: only partitionable devices consume counters."""
+    gpu_uuid: str = ""
+    """The UUID of the physical GPU it is on (`uuid`, `parentUUID` for a MIG device), as DCGM's `UUID` label
+    writes it; empty when the driver publishes none."""
 
     @property
     def resource(self) -> str:
@@ -164,7 +167,8 @@ def _device(raw: Any, where: str) -> GpuDevice | None:
     own = _attribute(attributes, "uuid" if kind == "gpu" else "parentUUID")
     physical = own or (consumes[0][0] if consumes else "") or name
     typed: Kind = "gpu" if kind == "gpu" else "mig"
-    return GpuDevice(name, typed, _attribute(attributes, "productName"), profile, physical, memory, consumes)
+    product = _attribute(attributes, "productName")
+    return GpuDevice(name, typed, product, profile, physical, memory, consumes, own)
 
 
 def slice_from_json(obj: Any) -> DriverSlice | None:
@@ -412,6 +416,12 @@ def pod_with_devices(pod: Mapping[str, Any], held: Mapping[str, int] | None) -> 
     changed = [*containers]
     changed[at] = {**container, "resources": {**resources, **added}}
     return {**pod, "spec": {**spec, "containers": changed}}
+
+
+def nodes_by_uuid(gpus: Mapping[str, NodeGpus]) -> dict[str, str]:
+    """The node of each physical GPU whose UUID the driver publishes. DCGM labels every series with its GPU's UUID,
+    so a series is a DRA node's whatever its host label says (the exporter's pod name where NODE_NAME is unset)."""
+    return {d.gpu_uuid: node for node, found in gpus.items() for d in found.devices if d.gpu_uuid}
 
 
 def gpus_by_node(slices: Iterable[Any]) -> dict[str, NodeGpus]:

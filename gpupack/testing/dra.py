@@ -15,6 +15,7 @@ from typing import Any
 from gpupack.core.dra import DRIVER
 from gpupack.core.gpus.catalog import MODELS, profile_of
 from gpupack.core.gpus.geometry import place
+from gpupack.testing.dcgm import gpu_uuid
 
 PROFILE_IDS = {"1g.5gb": 19, "1g.10gb": 15, "2g.10gb": 14, "3g.20gb": 9, "4g.20gb": 5, "7g.40gb": 0,
                "2g.20gb": 14, "3g.40gb": 9, "4g.40gb": 5, "7g.80gb": 0}  # fmt: skip
@@ -45,9 +46,9 @@ def _common(model: str) -> dict[str, Any]:
 
 
 def uuid(node: str, minor: int) -> str:
-    """A stable fake GPU UUID per node and minor number."""
-    digits = f"{abs(hash((node, minor))) % 16**12:012x}"
-    return f"GPU-{minor:08x}-0000-4000-8000-{digits}"
+    """The GPU's UUID: the one the test exporter writes on its series (`testing.dcgm.gpu_uuid`), as the driver and
+    DCGM read the same UUID from NVML."""
+    return gpu_uuid(node, minor)
 
 
 def whole_gpu(node: str, model: str, minor: int) -> dict[str, Any]:
