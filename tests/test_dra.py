@@ -22,8 +22,8 @@ from gpupack.extender.inventory import node_from_json
 from gpupack.extender.live import EMPTY
 from gpupack.extender.sources import LiveMetricsCache, StaticSource
 from gpupack.extender.state import CLAIM_KEY, ClusterState
-from gpupack.extender.verbs import View, filter_nodes, prioritize_nodes
-from gpupack.extender.wire import ExtenderArgs
+from gpupack.extender.verbs import View, filter_nodes, preempt_nodes, prioritize_nodes
+from gpupack.extender.wire import ExtenderArgs, PreemptionArgs
 from gpupack.migplan.demand import mig_nodes
 from gpupack.report.cluster import from_objects, gpu_nodes_of, gpu_resources
 from gpupack.testing.dcgm import Gpu, Node, exposition
@@ -39,6 +39,7 @@ from gpupack.testing.dra import (
     uuid,
     whole_gpu,
 )
+from tests.extender_kit import extender_for, gpu_pod
 
 POLICY = Policy()
 GPU = "nvidia.com/gpu"
@@ -380,6 +381,26 @@ def test_a_claim_pod_takes_the_next_alternative_where_the_first_is_full() -> Non
     assert outcome.passed == ["h100"]
     assert outcome.failed == {"a100-b": "0 of 7 nvidia.com/mig-1g.5gb free, pod needs 1"}  # preemption may help
     assert view.state.used("h100", time.monotonic()).get("nvidia.com/mig-1g.10gb") == 1  # assumed: the only node
+
+
+def test_the_preempt_verb_keeps_the_fewest_victims_that_free_the_device_a_pod_takes_on_a_dra_node() -> None:
+    """kube-scheduler v1.36 does not preempt for DRA devices (tests/test_dra_real.py shows it), so this is the verb's
+    decision for when it does: on a DRA node, a victim frees what its request or its claim's device amounts to."""
+    bound = [gpu_pod(SLICE_1G, 1, "batch", name=f"batch-{i}") for i in range(7)]
+    bound.append(gpu_pod("cpu", 1, "batch", name="etl"))  # one CPU, no GPU
+    for one in bound:
+        one["spec"]["nodeName"] = "dra"
+    extender = extender_for([node("dra")], bound, "dra:\n  memorySizing: true\n")
+    state = extender.state
+    apply_events(state, "resourceslices", [event("ADDED", mig_slice("dra", "A100-40GB", [{"1g.5gb": 7}]))], ON)
+    view = extender.view()
+    assert state.used("dra")[SLICE_1G] == 7
+    pod = {**claim_pod("serve"), "spec": {**claim_pod("serve")["spec"], "priorityClassName": "gpupack-inference"}}
+    outcome = preempt_nodes(
+        demand_of(pod, view.policy), PreemptionArgs(pod, {"dra": (("uid-batch-0", "uid-etl"), 0)}), view
+    )
+    # the claim pod takes a 1g.5gb there: the victim holding one is needed, the CPU-only one is given back
+    assert outcome.kept["dra"].victims == ("uid-batch-0",) and outcome.trimmed == 1
 
 
 # the webhook's sizing and the report -------------------------------------------------------------------------------

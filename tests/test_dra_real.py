@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,3 +273,79 @@ def test_memory_sizing_through_dra_takes_a_second_gpu_model_when_the_first_is_fu
         deployment.sync_volumes()
         cordon(plane, others, unschedulable=False)
         cordon(plane, ["a100-pinned", "h100-pinned", "a100-sized", "h100-sized", "a100-x", "a100-y"])
+
+
+def raw_pod(name: str, namespace: str, priority: str) -> dict[str, Any]:
+    """A pod gpupack does not size (its namespace is not opted in) asking the gpupack scheduler for one GPU."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulerName": "gpupack-scheduler",
+            "priorityClassName": priority,
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/app:1",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+
+
+def test_kube_scheduler_preempts_no_pod_for_a_dra_device_so_the_preempt_verb_is_never_asked(
+    cluster: tuple[ControlPlane, Deployment],
+) -> None:
+    """Kubernetes v1.36 does not preempt for DRA devices (the DRA page's "Limitations"; KEP-5690, planned beta in
+    v1.37): a high-priority pod waits behind a low-priority one holding the only GPU of a DRA node, where on a
+    device-plugin node the low one would be preempted (tests/test_preemption_real.py). The extender's preempt verb
+    judges DRA nodes as device-plugin ones (tests/test_dra.py), but kube-scheduler finds no candidate to ask it
+    about. When this test fails, kube-scheduler preempts on DRA nodes: show the verb at work here."""
+    plane, deployment = cluster
+    others = [n["metadata"]["name"] for n in plane.get("/api/v1/nodes")["items"]]
+    cordon(plane, others)
+    namespace = "dra-priorities"
+    try:
+        plane.apply(
+            [
+                {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": n}, "value": v}
+                for n, v in (("dra-low", 10), ("dra-high", 1_000_000))
+            ]
+        )
+        plane.node("dra-one", {"cpu": "96", "memory": "1000Gi"})
+        plane.apply([gpu_slice("dra-one", "H100-80GB", 1)])
+        plane.namespace(namespace)
+        plane.apply([raw_pod("low", namespace, "dra-low")])
+        wait_until(lambda: (plane.pod(namespace, "low") or {}).get("spec", {}).get("nodeName"), 60, "low bound")
+        extender = deployment.pods["gpupack-scheduler"]
+        asked = 'gpupack_extender_request_duration_seconds_count{verb="preempt"}'
+        before = metric(extender, "extender", asked)
+        plane.apply([raw_pod("high", namespace, "dra-high")])
+        failed = wait_until(
+            lambda: [
+                e
+                for e in plane.events(namespace)
+                if e["involvedObject"]["name"] == "high" and e["reason"] == "FailedScheduling"
+            ],
+            60,
+            "the high-priority pod's FailedScheduling event",
+        )
+        # "0/6 nodes are available: 1 cannot allocate all claims, 5 node(s) were unschedulable. still not
+        # schedulable, preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."
+        message = failed[-1]["message"]
+        assert "cannot allocate all claims" in message and "Preemption is not helpful for scheduling" in message
+        time.sleep(5)  # room for a preemption that does not come
+        assert (plane.pod(namespace, "low") or {})["spec"]["nodeName"] == "dra-one"
+        assert not (plane.pod(namespace, "high") or {})["spec"].get("nodeName")
+        assert not (plane.pod(namespace, "high") or {}).get("status", {}).get("nominatedNodeName")
+        assert metric(extender, "extender", asked) == before
+        no_refusals(plane)
+    finally:
+        with contextlib.suppress(Exception):
+            plane.kubectl("delete", "namespace", namespace, "--wait=false")
+        cordon(plane, others, unschedulable=False)
+        with contextlib.suppress(Exception):
+            cordon(plane, ["dra-one"])
