@@ -474,9 +474,8 @@ def preempt_nodes(demand: PodDemand, args: PreemptionArgs, view: View) -> Preemp
             snapshots[name] = snapshot(record, view, now, wall, demand.key)
     candidates = {name: Candidate(uids, violations) for name, (uids, violations) in args.victims.items()}
     measured = view.live.newest() is not None
-    outcome = preempt(
-        demand, priority_of(args.pod), candidates, snapshots, view.state.pods, view.policy, measured, now=wall
-    )
+    victims = {uid: p for uids, _ in args.victims.values() for uid in uids if (p := view.state.holding(uid))}
+    outcome = preempt(demand, priority_of(args.pod), candidates, snapshots, victims, view.policy, measured, now=wall)
     view.state.preempting(demand.key, {name: kept.victims for name, kept in outcome.kept.items()}, now=now)
     return outcome
 

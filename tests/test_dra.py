@@ -403,6 +403,38 @@ def test_the_preempt_verb_keeps_the_fewest_victims_that_free_the_device_a_pod_ta
     assert outcome.kept["dra"].victims == ("uid-batch-0",) and outcome.trimmed == 1
 
 
+def test_a_claim_pods_device_counts_once_from_its_claims_allocation_to_its_binding() -> None:
+    """kube-scheduler writes the claim's allocation, then binds the pod: the claim takes over from the assumption."""
+    view = claim_view()
+    pod = claim_pod("p")
+    prioritize_nodes(demand_of(pod, ON), args(pod, ["a100-b"]), view)
+    assert view.state.used("a100-b", time.monotonic())[SLICE_1G] == 2  # the held device and the assumption
+    devices = [d["name"] for d in mig_slice("a100-b", "A100-40GB", [{"1g.5gb": 7}])["spec"]["devices"]]
+    apply_events(view.state, "resourceclaims", [event("ADDED", allocated_claim("p", [("a100-b", devices[1])]))], ON)
+    assert view.state.used("a100-b", time.monotonic())[SLICE_1G] == 2  # the claim, not the claim and the assumption
+    view.state.upsert_pod("uid-p", "a100-b", (("cpu", 1000),))  # bound: its record asks for no GPU
+    assert view.state.used("a100-b", time.monotonic())[SLICE_1G] == 2
+
+
+def test_a_victim_holding_its_device_through_a_claim_frees_it() -> None:
+    """A claim pod's record asks for no GPU: its device counts apart (the claim). As a victim it gives it back."""
+    state = ClusterState()
+    state.upsert_node(node_from_json(node("a100"), ON))
+    apply_events(state, "resourceslices", [event("ADDED", mig_slice("a100", "A100-40GB", [{"1g.5gb": 7}]))], ON)
+    devices = [d["name"] for d in mig_slice("a100", "A100-40GB", [{"1g.5gb": 7}])["spec"]["devices"]]
+    claims = [event("ADDED", allocated_claim(f"v{i}", [("a100", device)])) for i, device in enumerate(devices)]
+    apply_events(state, "resourceclaims", claims, ON)
+    for i in range(7):
+        state.upsert_pod(f"uid-v{i}", "a100", (("cpu", 1000),), priority=-100)
+    assert state.used("a100")[SLICE_1G] == 7
+    held = state.holding("uid-v0")
+    assert held is not None and dict(held.requests) == {"cpu": 1000, SLICE_1G: 1}
+    view = View(state, EMPTY, ON)
+    pod = {**claim_pod("serve"), "spec": {**claim_pod("serve")["spec"], "priority": 100000}}
+    outcome = preempt_nodes(demand_of(pod, ON), PreemptionArgs(pod, {"a100": (("uid-v0",), 0)}), view)
+    assert outcome.kept["a100"].victims == ("uid-v0",), outcome.dropped
+
+
 # the webhook's sizing and the report -------------------------------------------------------------------------------
 
 
@@ -464,11 +496,38 @@ def test_the_report_reads_the_devices_a_pods_claims_hold_as_its_requests(caplog:
             ]
         )
     pods = {p["metadata"]["name"]: p for p in cluster.pods}
+    assert cluster.claimed == {"uid-sized": {SLICE_1G: 1}}
     assert gpu_resources(pods["sized"], POLICY) == {SLICE_1G: 1}
     assert gpu_resources(pods["ext"], POLICY) == {SLICE_1G: 1}
     container = pods["sized"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {SLICE_1G: "1"} and container["resources"]["claims"]
     assert "ResourceClaim ml/bad: status.reservedFor must be a list" in caplog.text
+
+
+def test_the_report_counts_a_shared_claim_once_and_leaves_pods_it_cannot_read_as_they_are() -> None:
+    devices = [d["name"] for d in mig_slice("dra", "A100-40GB", [{"1g.5gb": 7}])["spec"]["devices"]]
+    shared = allocated_claim("shared", [("dra", devices[0])])
+    shared["status"]["reservedFor"] += [{"resource": "pods", "name": "b", "uid": "uid-b"}, {"resource": "pods"}]
+    odd = allocated_claim("odd", [("dra", devices[1])])  # reserved for a pod whose container cannot be read
+    pods = [
+        {**claim_pod("shared"), "kind": "Pod"},
+        {**claim_pod("b"), "kind": "Pod"},
+        {"kind": "Pod", **claim_pod("odd"), "spec": {"containers": [{"name": "main", "resources": []}]}},
+        {"kind": "Pod", "metadata": ["not", "an", "object"], "spec": {}},
+        {"kind": "Pod", "metadata": {"name": "no-uid"}, "spec": {"containers": [{"name": "main"}]}},
+    ]
+    cluster = from_objects(
+        [
+            {"kind": "ResourceSlice", **mig_slice("dra", "A100-40GB", [{"1g.5gb": 7}])},
+            *pods,
+            {"kind": "ResourceClaim", **shared},
+            {"kind": "ResourceClaim", **odd},
+        ]
+    )
+    assert cluster.claimed == {"uid-shared": {SLICE_1G: 1}, "uid-odd": {SLICE_1G: 1}}  # once, for the first pod
+    found = {str(p["metadata"].get("name")) if isinstance(p["metadata"], dict) else "?": p for p in cluster.pods}
+    assert gpu_resources(found["shared"], POLICY) == {SLICE_1G: 1} and not gpu_resources(found["b"], POLICY)
+    assert found["odd"] == pods[2] and found["no-uid"] == pods[4] and found["?"] == pods[3]  # left as they are
 
 
 def gpu_pod_json(name: str, requests: dict[str, str]) -> dict[str, Any]:

@@ -327,6 +327,7 @@ def test_without_the_dra_lists_the_report_counts_device_plugin_gpus_and_says_so(
     done = report(cluster, "--kubeconfig", str(kubeconfig))
     assert done.returncode == 0, done.stderr
     assert "cannot list resourceslices.resource.k8s.io (403): the report counts device-plugin GPUs only" in done.stderr
+    assert "cannot list resourceclaims.resource.k8s.io (403): pods holding a DRA device through" in done.stderr
     without, full = judged(done)["savings"], judged(report(cluster, "--kubeconfig", str(cluster.kubeconfig)))["savings"]
     # the DRA nodes' GPUs are missing from the count without them, and there with them
     assert (without["gpu_nodes_now"], full["gpu_nodes_now"]) == (4, 6)

@@ -337,18 +337,14 @@ def node_with_gpus(node: Mapping[str, Any], gpus: NodeGpus | None) -> Mapping[st
     """A Node object whose `status.allocatable` also lists its DRA GPUs as the extended resources they amount to
     (`NodeGpus.offered`), with GPU Feature Discovery's product, count and memory labels where it has none: the
     report and the planners read Node objects as the device plugin and GFD fill them. The node itself when it has
-    no DRA GPUs."""
+    no DRA GPUs, or when its allocatable cannot be read (the reader of Node objects then names the field)."""
     if gpus is None or not gpus.devices:
         return node
     status = node.get("status")
     status = status if isinstance(status, dict) else {}
-    allocatable = dict(status["allocatable"]) if isinstance(status.get("allocatable"), dict) else {}
-    for resource, count in gpus.offered().items():
-        try:
-            have = int(parse_quantity(allocatable.get(resource, 0)))
-        except QuantityError:
-            have = 0
-        allocatable[resource] = str(have + count)
+    allocatable = _plus(status.get("allocatable"), gpus.offered())
+    if allocatable is None:
+        return node
     meta = node.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     labels = dict(meta["labels"]) if isinstance(meta.get("labels"), dict) else {}
@@ -364,8 +360,9 @@ def held_by_pod(claims: Iterable[Any], gpus: Mapping[str, NodeGpus]) -> dict[str
     """Per pod UID, the extended resources that the driver's devices of the claims reserved for it amount to.
 
     Claims kube-scheduler made for an extended-resource request are left out (the pod's request says it already),
-    and so are devices no slice publishes; a malformed claim is skipped, logged with the reason. A claim shared by
-    several pods counts for each (each holds the device while it runs)."""
+    and so are devices no slice publishes; a malformed claim is skipped, logged with the reason. A claim several
+    pods share counts once, for the first pod it is reserved for: the others use the same device, and counting it
+    per pod would count GPUs the cluster does not have."""
     devices = {(node, d.name): d for node, found in gpus.items() for d in found.devices}
     held: dict[str, dict[str, int]] = {}
     for raw in claims:
@@ -374,47 +371,58 @@ def held_by_pod(claims: Iterable[Any], gpus: Mapping[str, NodeGpus]) -> dict[str
         except ValueError as exc:
             log.warning("skipping a malformed ResourceClaim: %s", exc)
             continue
-        if claim.extended or not claim.devices:
+        owner = next((uid for uid in claim.pods if uid), None)
+        if claim.extended or not claim.devices or owner is None:
             continue
-        resources: dict[str, int] = {}
+        mine = held.setdefault(owner, {})
         for on in held_resources(claim, devices).values():
             for resource, count in on.items():
-                resources[resource] = resources.get(resource, 0) + count
-        for uid in claim.pods:
-            mine = held.setdefault(uid, {})
-            for resource, count in resources.items():
                 mine[resource] = mine.get(resource, 0) + count
     return held
+
+
+def _plus(values: Any, counts: Mapping[str, int]) -> dict[str, Any] | None:
+    """A resource list (`allocatable`, `requests`) with `counts` added; None when it is not an object or a value
+    it already has for one of them cannot be read."""
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        return None
+    out = dict(values)
+    for resource, count in counts.items():
+        try:
+            have = int(parse_quantity(out.get(resource, 0)))
+        except QuantityError:
+            return None
+        out[resource] = str(have + count)
+    return out
 
 
 def pod_with_devices(pod: Mapping[str, Any], held: Mapping[str, int] | None) -> Mapping[str, Any]:
     """A Pod object whose container that uses its claims (`resources.claims`, else the first) also requests and
     limits, as extended resources, the devices its claims hold (`held_by_pod`): the report reads a pod's GPUs from
-    its requests, as the device plugin would have them. The pod itself when its claims hold none."""
-    if not held:
-        return pod
+    its requests, as the device plugin would have them. The pod itself when its claims hold none, or when that
+    container cannot be read (the report's reader then says what is wrong with it)."""
     spec = pod.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
-    if not isinstance(spec, dict) or not isinstance(containers, list) or not containers:
+    if not held or not isinstance(spec, dict) or not isinstance(containers, list) or not containers:
         return pod
-    at = next(
-        (i for i, c in enumerate(containers) if isinstance(c, dict) and (c.get("resources") or {}).get("claims")), 0
-    )
-    container = containers[at] if isinstance(containers[at], dict) else {}
-    resources = container.get("resources")
-    resources = resources if isinstance(resources, dict) else {}
-    added: dict[str, Any] = {}
-    for part in ("requests", "limits"):
-        values = dict(resources[part]) if isinstance(resources.get(part), dict) else {}
-        for resource, count in held.items():
-            try:
-                have = int(parse_quantity(values.get(resource, 0)))
-            except QuantityError:
-                have = 0
-            values[resource] = str(have + count)
-        added[part] = values
+
+    def uses_claims(container: Any) -> bool:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        return isinstance(resources, dict) and bool(resources.get("claims"))
+
+    at = next((i for i, c in enumerate(containers) if uses_claims(c)), 0)
+    container = containers[at]
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(container, dict) or not isinstance(resources, dict | None):
+        return pod
+    resources = resources or {}
+    requests, limits = _plus(resources.get("requests"), held), _plus(resources.get("limits"), held)
+    if requests is None or limits is None:
+        return pod
     changed = [*containers]
-    changed[at] = {**container, "resources": {**resources, **added}}
+    changed[at] = {**container, "resources": {**resources, "requests": requests, "limits": limits}}
     return {**pod, "spec": {**spec, "containers": changed}}
 
 

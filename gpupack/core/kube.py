@@ -322,6 +322,11 @@ class KubeClusterObjects:
             ("ResourceSlice", "resourceslices.resource.k8s.io", dra.list_resource_slice),
             ("ResourceClaim", "resourceclaims.resource.k8s.io", dra.list_resource_claim_for_all_namespaces),
         ]
+        self._without = {
+            "ResourceSlice": "the report counts device-plugin GPUs only",
+            "ResourceClaim": "pods holding a DRA device through their own claim show no GPU of it",
+        }
+        """What the report misses without each optional list, for the warning."""
 
     def read(self) -> list[dict[str, Any]]:
         """Every object of the five kinds. Raises `KubeCallFailed` naming the list that failed (`LIST
@@ -333,7 +338,7 @@ class KubeClusterObjects:
                     objects += [{**item, "kind": kind} for item in page if isinstance(item, dict)]
             except ApiException as exc:
                 if (kind, resource, call) in self._optional and exc.status in (403, 404):
-                    log.warning("cannot list %s (%s): the report counts device-plugin GPUs only", resource, exc.status)
+                    log.warning("cannot list %s (%s): %s", resource, exc.status, self._without[kind])
                     continue
                 raise _call_failed(f"LIST {resource}", exc) from exc
             except Exception as exc:

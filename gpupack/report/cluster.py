@@ -53,6 +53,8 @@ class Cluster:
     source: str = "cluster"
     dra: Mapping[str, NodeGpus] = field(default_factory=dict)
     """The GPUs a DRA driver publishes, by node (already in those nodes' allocatable)."""
+    claimed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Per pod UID, the GPU resources its own ResourceClaims hold (already in its requests, `dra.held_by_pod`)."""
     _by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -73,6 +75,13 @@ class Cluster:
 def name(obj: Mapping[str, Any]) -> str:
     """`metadata.name`."""
     return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def uid(obj: Mapping[str, Any]) -> str:
+    """`metadata.uid`, empty when absent or malformed."""
+    meta = obj.get("metadata")
+    found = meta.get("uid") if isinstance(meta, dict) else None
+    return found if isinstance(found, str) else ""
 
 
 def key(obj: Mapping[str, Any]) -> str:
@@ -143,15 +152,13 @@ def from_objects(objects: Iterable[Mapping[str, Any]], source: str = "cluster") 
     held = held_by_pod(grouped["resourceclaims"], gpus)
     return Cluster(
         nodes=tuple(dict(node_with_gpus(n, gpus.get(name(n)))) for n in grouped["nodes"]),
-        pods=tuple(
-            dict(pod_with_devices(p, held.get(str((p.get("metadata") or {}).get("uid") or ""))))
-            for p in grouped["pods"]
-        ),
+        pods=tuple(dict(pod_with_devices(p, held.get(uid(p)))) for p in grouped["pods"]),
         pdbs=tuple(grouped["pdbs"]),
         daemonsets=tuple(grouped["daemonsets"]),
         events=tuple(grouped["events"]),
         source=source,
         dra=gpus,
+        claimed=held,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from gpupack.core import contract
 from gpupack.core.kube import advertised_from
 from gpupack.core.objects import GFD_MEMORY, labels_of
-from gpupack.report.cluster import gpu_resources, key, workload
+from gpupack.report.cluster import gpu_resources, key, uid, workload
 from gpupack.report.document import Finding
 from gpupack.report.findings.inputs import Inputs
 from gpupack.report.usage import GpuUsage
@@ -143,7 +143,7 @@ def findings(inputs: Inputs) -> list[Finding]:
             f"and drop its {contract.RESOURCE_GPU} request and limit (a GPU the pod names wins over the webhook's "
             "sizing unless the policy enforces `gpu`)"
         )
-        if any((p.get("spec") or {}).get("resourceClaims") for p in r.pods):  # its GPU comes from a ResourceClaim
+        if any(inputs.cluster is not None and inputs.cluster.claimed.get(uid(p)) for p in r.pods):  # a claim's GPU
             drop = "and drop the ResourceClaim that gives it the whole GPU (the webhook then sizes it)"
         if r.choice.resource == contract.RESOURCE_GPU:
             action = (
