@@ -117,8 +117,8 @@ def test_existing_required_terms_each_get_the_spot_exclusion() -> None:
     assert new_terms[1]["matchFields"] == terms[1]["matchFields"]
 
 
-def test_training_prefers_spot_tolerates_it_and_is_not_evicted_without_checkpoints() -> None:
-    after, _ = mutated(make_pod({W + "workload": "training", W + "gpus": "4"}))
+def test_training_that_checkpoints_prefers_spot_tolerates_it_and_may_be_evicted() -> None:
+    after, _ = mutated(make_pod({W + "workload": "training", W + "gpus": "4", W + "checkpoint": "true"}))
     spec = after["spec"]
     assert gpu_of(after) == {"nvidia.com/gpu": "4"}
     preferred = spec["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -127,15 +127,28 @@ def test_training_prefers_spot_tolerates_it_and_is_not_evicted_without_checkpoin
         for k, v in SPOT_LABELS
     ]
     assert all(t in spec["tolerations"] for t in SPOT_TOLERATIONS)
+    assert "cluster-autoscaler.kubernetes.io/safe-to-evict" not in after["metadata"]["annotations"]
+    assert "karpenter.sh/do-not-disrupt" not in after["metadata"]["annotations"]
+
+
+def test_training_that_does_not_checkpoint_stays_off_spot_and_is_not_evicted() -> None:
+    """ "Spot when it checkpoints": an interruption costs a job that cannot resume all its work so far, so the
+    class's spot preference needs the label; without it the pod is kept off spot as inference is."""
+    after, warnings = mutated(make_pod({W + "workload": "training", W + "gpus": "4"}))
+    spec = after["spec"]
+    assert gpu_of(after) == {"nvidia.com/gpu": "4"}
+    assert required_terms(after) == [{"matchExpressions": NEVER_SPOT}]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in spec["affinity"]["nodeAffinity"]
+    assert not any(t in spec.get("tolerations", []) for t in SPOT_TOLERATIONS)
+    assert "gpupack: kept off spot (it would lose its work): gpupack.io/checkpoint=true if it resumes" in warnings
     annotations = after["metadata"]["annotations"]
     assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
     assert annotations["karpenter.sh/do-not-disrupt"] == "true"
-
-
-def test_training_that_checkpoints_may_be_evicted() -> None:
-    after, _ = mutated(make_pod({W + "workload": "training", W + "checkpoint": "true"}))
-    assert "cluster-autoscaler.kubernetes.io/safe-to-evict" not in after["metadata"]["annotations"]
-    assert "karpenter.sh/do-not-disrupt" not in after["metadata"]["annotations"]
+    # an admin who wants every training pod on spot says so
+    after, _ = mutated(
+        make_pod({W + "workload": "training"}), "classes:\n  training:\n    spotNeedsCheckpoint: false\n"
+    )
+    assert "preferredDuringSchedulingIgnoredDuringExecution" in after["spec"]["affinity"]["nodeAffinity"]
 
 
 def test_batch_requires_spot_and_gets_the_low_priority_class() -> None:

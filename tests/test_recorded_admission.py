@@ -118,10 +118,10 @@ EXPECTED: dict[str, list[dict[str, Any]] | None] = {
         NEW_ANNOTATIONS["batch"],
     ],
     # Already on spot with the toleration and its own requests; gpupack-training is not in the API: left out.
-    # It tolerates the well-known spot taints too, and both autoscalers are told not to disrupt it.
+    # It does not checkpoint, so the policy would keep it off spot, but its own choice of spot is kept (nothing
+    # enforced): no spot toleration added. Both autoscalers are told not to disrupt it.
     "002-mutate-ddp-worker-0": [
         *gpu_tolerations(),
-        *WELL_KNOWN_TOLERATIONS,
         {
             "op": "add",
             "path": "/metadata/annotations",

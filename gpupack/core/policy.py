@@ -2,7 +2,8 @@
 
 Every field has a default, so an empty document is a complete policy for a cluster that follows the guide
 (docs/method.md): inference on the smallest MIG slice that fits and never on spot, training on whole GPUs preferring
-spot, batch time-sliced on spot at a low priority. Field names are camelCase on the wire, like Kubernetes objects.
+spot when it checkpoints, batch time-sliced on spot at a low priority. Field names are camelCase on the wire, like
+Kubernetes objects.
 """
 
 from __future__ import annotations
@@ -80,6 +81,17 @@ class ClassPolicy(_Model):
     safe_to_evict: bool = True
     """False keeps the node autoscalers (`autoscalers`) from evicting the class's pods unless they checkpoint:
     `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, `karpenter.sh/do-not-disrupt: "true"`."""
+    spot_needs_checkpoint: bool = False
+    """True keeps the class's pods off spot (`forbid`) unless they checkpoint (`gpupack.io/checkpoint: "true"`): a
+    spot interruption costs a job that cannot resume all its work so far. Training's default."""
+
+    def spot_for(self, checkpoint: bool) -> SpotPlacement:
+        """The spot placement the webhook gives one of the class's pods: `spot`, or `forbid` for a pod that does not
+        checkpoint when `spotNeedsCheckpoint` is set. (The extender's spot filter keeps to `spot`: the webhook's
+        required node affinity carries this rule to kube-scheduler, and a pod that selects spot itself keeps it.)"""
+        if self.spot_needs_checkpoint and not checkpoint and self.spot != "forbid":
+            return "forbid"
+        return self.spot
 
 
 _CLASS_DEFAULTS: dict[str, ClassPolicy] = {
@@ -93,6 +105,7 @@ _CLASS_DEFAULTS: dict[str, ClassPolicy] = {
         cpu="4",
         memory="16Gi",
         safe_to_evict=False,
+        spot_needs_checkpoint=True,
     ),
     "batch": ClassPolicy(
         sharing="time-slicing", priority_class_name="gpupack-batch", spot="require", cpu="1", memory="2Gi"
