@@ -76,6 +76,15 @@ async def _freeze_when_synced(informer: Informer) -> None:
     log.info("nodes and pods listed; serving from the watch cache")
 
 
+async def _read_live_once_listed(informer: Informer, live: LiveMetricsCache, state: ClusterState) -> None:
+    """Read the live metrics again right after the first list when a DRA driver publishes GPUs: the read before
+    serving had no GPU UUIDs to map DCGM series by (`ClusterState.gpu_nodes`), and would leave the DRA nodes'
+    series under the exporter pod's name until the next poll (15 s by default)."""
+    await informer.wait_synced()
+    if state.gpu_nodes:
+        await live.refresh()
+
+
 def metrics_source(config: ExtenderConfig) -> MetricsSource | None:
     """Prometheus, the snapshot file, or nothing."""
     if config.prometheus_url:
@@ -121,6 +130,8 @@ def build_app(config: ExtenderConfig, registry: CollectorRegistry | None = None)
         if informer is not None:
             tasks.append(asyncio.create_task(informer.run()))
             tasks.append(asyncio.create_task(_freeze_when_synced(informer)))
+            if live.source is not None:
+                tasks.append(asyncio.create_task(_read_live_once_listed(informer, live, extender.state)))
         yield
         for task in tasks:
             task.cancel()

@@ -32,9 +32,10 @@ log = logging.getLogger(__name__)
 
 class MetricsSource(Protocol):
     """Reads every DCGM series once; blocking; raises on any failure; None when nothing changed since the
-    last read (the snapshot in force stays, its samples ageing as before)."""
+    last read (the snapshot in force stays, its samples ageing as before) unless `again` asks for the series
+    anyway (what they mean changed: a GPU UUID now names a DRA node)."""
 
-    def read(self, policy: MetricsPolicy) -> list[Series] | None: ...
+    def read(self, policy: MetricsPolicy, again: bool = False) -> list[Series] | None: ...
 
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
@@ -78,13 +79,13 @@ class StaticSource:
         self.path = path
         self._seen: tuple[int, int, int] | None = None
 
-    def read(self, policy: MetricsPolicy) -> list[Series] | None:
-        """Parse the file, or None when it has not changed since the last read (parsing 100,000 series costs
-        seconds of the core the verbs run on). Raises OSError or ValueError when it is missing or not
-        exposition text."""
+    def read(self, policy: MetricsPolicy, again: bool = False) -> list[Series] | None:
+        """Parse the file, or None when it has not changed since the last read and `again` is not asked for
+        (parsing 100,000 series costs seconds of the core the verbs run on). Raises OSError or ValueError when it
+        is missing or not exposition text."""
         stat = self.path.stat()
         seen = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-        if seen == self._seen:
+        if seen == self._seen and not again:
             return None
         series = parse_exposition(self.path.read_text(), stat.st_mtime)
         self._seen = seen
@@ -121,7 +122,7 @@ class PrometheusSource:
         )
         return result
 
-    def read(self, policy: MetricsPolicy) -> list[Series]:
+    def read(self, policy: MetricsPolicy, again: bool = False) -> list[Series]:
         """Every signal with the time of its newest raw sample; series without a recent sample are dropped."""
         queries = {
             GPU_UTIL: (policy.gpu_util_query, GPU_UTIL),
@@ -157,6 +158,8 @@ class LiveMetricsCache:
     ) -> None:
         self.source = source
         self._by_uuid = by_uuid
+        self._uuids: Mapping[str, str] = {}
+        """The UUID map the snapshot in force was built with."""
         self.snapshot: LiveMetrics = EMPTY
         self._policy = policy
         self._on_read = on_read
@@ -166,10 +169,13 @@ class LiveMetricsCache:
     def _read(self) -> LiveMetrics:
         assert self.source is not None
         policy = self._policy()
-        series = self.source.read(policy)
+        uuids = self._by_uuid()
+        moved = uuids != self._uuids  # the slices changed which node some GPU is on: fold the series again
+        series = self.source.read(policy, again=moved)
         if series is None:
             return self.snapshot
-        return aggregate(series, policy.node_label, time.time(), self._by_uuid())
+        self._uuids = uuids
+        return aggregate(series, policy.node_label, time.time(), uuids)
 
     async def refresh(self) -> bool:
         """Read once; on failure keep the last snapshot (its samples age out) and say so once per outage."""

@@ -235,6 +235,7 @@ def test_static_source_parses_again_only_when_the_file_changes(tmp_path: Path) -
     source = StaticSource(path)
     assert source.read(MetricsPolicy())
     assert source.read(MetricsPolicy()) is None  # unchanged: the snapshot in force stays
+    assert source.read(MetricsPolicy(), again=True)  # unless asked: a new UUID map gives the same series new nodes
     path.write_text(exposition(SNAPSHOT, timestamp=NOW))
     again = source.read(MetricsPolicy())
     assert again and {x.at for x in again} == {NOW}

@@ -53,6 +53,8 @@ from gpupack.extender.informer import KINDS, Backoff, Informer
 from gpupack.extender.service import ExtenderConfig, build_app, load_lists
 from gpupack.extender.state import ClusterState
 from gpupack.testing.control_plane import ControlPlane, tools, wait_until
+from gpupack.testing.dcgm import Gpu, Node, exposition
+from gpupack.testing.dra import gpu_slice
 from gpupack.webhook.mutate import MutationContext, plan
 from gpupack.webhook.patches import apply_patch
 from tests.conftest import RECORDED, recorded_text
@@ -820,6 +822,34 @@ async def test_extender_service_serves_from_the_watch_once_listed(cluster: Clust
         assert f"gpupack_extender_watch_lists_total {len(KINDS)}.0" in metrics
     finally:
         link.close()
+
+
+async def test_a_dra_nodes_gpus_carry_their_utilization_from_the_first_list_whatever_the_host_label(
+    cluster: Cluster, aiohttp_client: Any, tmp_path: Path
+) -> None:
+    """DCGM series whose host label is the exporter pod's name (NODE_NAME unset) land on the node whose
+    ResourceSlice publishes their GPU's UUID, as soon as the first list has brought the slices: with the live
+    metrics polled once an hour here, only the read right after that list can have put them there."""
+    plane = cluster.plane
+    plane.node("svc-dra", {"cpu": "64", "memory": "512Gi"})
+    plane.apply([gpu_slice("svc-dra", "H100-80GB", 2)])
+    text = exposition([Node("svc-dra", [Gpu(40.0), Gpu(60.0)])]).replace('hostname="svc-dra"', 'hostname="dcgm-x7k2p"')
+    metrics = tmp_path / "dcgm.txt"
+    metrics.write_text(text)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("extender:\n  metrics:\n    pollSeconds: 3600\n")
+    config = ExtenderConfig(policy, ServeOptions(), kubeconfig=cluster.extender, metrics_file=metrics)
+    client_ = await aiohttp_client(build_app(config, CollectorRegistry()))
+
+    async def utils() -> list[float | None]:
+        state = await (await client_.get("/state")).json()
+        gpus = state["nodes"].get("svc-dra", {}).get("utilization", {})
+        return sorted(g["util"] for g in gpus.values()) if isinstance(gpus, dict) else []
+
+    deadline = time.monotonic() + 60
+    while await utils() != [0.4, 0.6]:
+        assert time.monotonic() < deadline, f"the DRA node's GPUs never got their utilization: {await utils()}"
+        await asyncio.sleep(0.2)
 
 
 # the webhook's PriorityClass and node reader ----------------------------------------------------------------------
