@@ -248,9 +248,10 @@ class ClusterState:
         for claim in self._claims.values():
             if claim.extended or key not in claim.pods:
                 continue
-            devices = {(p, n): d for p, n in claim.devices if (d := self._device(p, n)) is not None}
-            for resource, count in held_resources(claim, devices).get(record.node, {}).items():
-                extra[resource] = extra.get(resource, 0) + count
+            counted = self.pods.get(CLAIM_KEY + claim.key)  # what `_count_claim` counts of it, and where
+            if counted is not None and counted.node == record.node:
+                for resource, count in counted.requests:
+                    extra[resource] = extra.get(resource, 0) + count
         if not extra:
             return record
         for resource, count in record.requests:

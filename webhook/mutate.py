@@ -26,7 +26,7 @@ from gpupack.webhook.claims import claim_template
 from gpupack.webhook.labels import LabelError, WorkloadRequest, read_request
 from gpupack.webhook.outcome import ChangeKind, Notes, clip
 from gpupack.webhook.patches import PatchBuilder, PatchOp
-from gpupack.webhook.placement import place, user_spot_choice
+from gpupack.webhook.placement import place
 from gpupack.webhook.priority import apply_priority
 from gpupack.webhook.resources import apply_claim, apply_gpu, apply_requests, asks_for_gpu, gpu_container
 from gpupack.webhook.routing import route
@@ -135,10 +135,9 @@ def _plan_gpu_pod(pod: Pod, builder: PatchBuilder, ctx: MutationContext, statefu
     else:
         spot = cls.spot_for(request.checkpoint)
         why = request.workload if spot == cls.spot else f"{request.workload} pods that do not checkpoint"
-        if spot != cls.spot and (user_spot_choice(pod, policy) != "require" or policy.enforces("spot")):
+        if place(pod, builder, policy, spot, why, notes) and spot != cls.spot:
             advice = f"kept off spot (it would lose its work): {contract.LABEL_CHECKPOINT}=true if it resumes"
             notes.add("advice", advice)
-        place(pod, builder, policy, spot, why, notes)
     apply_priority(pod, builder, policy, cls, ctx.facts, notes)
     _autoscaler(pod, builder, policy, cls, request, notes)
     route(pod, builder, policy, ctx.scheduler, notes)

@@ -215,36 +215,38 @@ def _prefer(pod: Pod, builder: PatchBuilder, policy: Policy, notes: Notes) -> No
         notes.add("spot", f"prefers spot nodes (weight {weight}): {_spot_labels_text(policy)}")
 
 
-def place(pod: Pod, builder: PatchBuilder, policy: Policy, mode: SpotPlacement, why: str, notes: Notes) -> None:
-    """Add the intents that put the pod on, near or away from spot nodes, as `mode` says."""
+def place(pod: Pod, builder: PatchBuilder, policy: Policy, mode: SpotPlacement, why: str, notes: Notes) -> bool:
+    """Add the intents that put the pod on, near or away from spot nodes, as `mode` says. Returns False when the
+    pod's own contrary choice was kept instead (nothing enforced), True when `mode` stands."""
     user = user_spot_choice(pod, policy)
     enforced = policy.enforces("spot")
     if mode == "forbid":
         if user == "forbid":
-            return
+            return True
         if user == "require":
             if not enforced:
                 notes.add("conflict", f"pod selects spot nodes, kept; policy forbids spot for {why}")
-                return
+                return False
             notes.add("conflict", f"pod selected spot nodes; the policy enforces no spot for {why}")
             _set_terms(builder, _excluding(_cleared(pod, builder, policy, "require"), policy))
-            return
+            return True
         _forbid(pod, builder, policy, notes)
-        return
+        return True
     if mode == "require":
         if user == "forbid":
             if not enforced:
                 notes.add("conflict", f"pod excludes spot nodes, kept; policy requires spot for {why}")
-                return
+                return False
             notes.add("conflict", f"pod excluded spot nodes; the policy enforces spot for {why}")
             _require(_cleared(pod, builder, policy, "forbid"), builder, policy, why, notes)
         elif user != "require":
             _require(_required_terms(pod), builder, policy, why, notes)
         _add_tolerations(pod, builder, policy, notes)
-        return
+        return True
     # prefer: a soft choice, so any explicit choice of the pod stands without conflict.
     if user == "forbid":
-        return
+        return False
     if user is None:
         _prefer(pod, builder, policy, notes)
     _add_tolerations(pod, builder, policy, notes)
+    return True

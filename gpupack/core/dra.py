@@ -20,9 +20,9 @@ with a logged reason.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from gpupack.core import contract
 from gpupack.core.objects import GFD_COUNT, GFD_MEMORY, GFD_PRODUCT, json_object
@@ -356,6 +356,19 @@ def node_with_gpus(node: Mapping[str, Any], gpus: NodeGpus | None) -> Mapping[st
     return {**node, "metadata": {**meta, "labels": labels}, "status": {**status, "allocatable": allocatable}}
 
 
+T = TypeVar("T")
+
+
+def _readable(raws: Iterable[Any], read: Callable[[Any], T], kind: str) -> Iterator[T]:
+    """Each raw object read by `read`; one it refuses (ValueError, naming the object and field) is skipped and
+    logged, so a malformed object costs its own GPUs only, never the whole listing's."""
+    for raw in raws:
+        try:
+            yield read(raw)
+        except ValueError as exc:
+            log.warning("skipping a malformed %s: %s", kind, exc)
+
+
 def held_by_pod(claims: Iterable[Any], gpus: Mapping[str, NodeGpus]) -> dict[str, dict[str, int]]:
     """Per pod UID, the extended resources that the driver's devices of the claims reserved for it amount to.
 
@@ -365,12 +378,7 @@ def held_by_pod(claims: Iterable[Any], gpus: Mapping[str, NodeGpus]) -> dict[str
     per pod would count GPUs the cluster does not have."""
     devices = {(node, d.name): d for node, found in gpus.items() for d in found.devices}
     held: dict[str, dict[str, int]] = {}
-    for raw in claims:
-        try:
-            claim = claim_from_json(raw)
-        except ValueError as exc:
-            log.warning("skipping a malformed ResourceClaim: %s", exc)
-            continue
+    for claim in _readable(claims, claim_from_json, "ResourceClaim"):
         owner = next((uid for uid in claim.pods if uid), None)
         if claim.extended or not claim.devices or owner is None:
             continue
@@ -435,12 +443,7 @@ def nodes_by_uuid(gpus: Mapping[str, NodeGpus]) -> dict[str, str]:
 def gpus_by_node(slices: Iterable[Any]) -> dict[str, NodeGpus]:
     """Each node's GPUs from raw ResourceSlices; malformed slices are skipped, logged with the reason."""
     published: dict[str, list[DriverSlice]] = {}
-    for raw in slices:
-        try:
-            one = slice_from_json(raw)
-        except ValueError as exc:
-            log.warning("skipping a malformed ResourceSlice: %s", exc)
-            continue
+    for one in _readable(slices, slice_from_json, "ResourceSlice"):
         if one is not None:
             published.setdefault(one.node, []).append(one)
     return {node: node_gpus(node, found) for node, found in published.items()}
