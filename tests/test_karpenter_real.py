@@ -409,6 +409,14 @@ def test_no_training_pod_that_does_not_checkpoint_is_ever_disrupted(story: Story
     assert removed > plain_done > small_done
 
 
+def test_training_that_does_not_checkpoint_runs_on_demand_though_its_pool_offers_spot(story: Story) -> None:
+    """Only labels on the Job (`workload: training`, no `checkpoint`): the webhook keeps it off spot
+    (`spotNeedsCheckpoint`), so Karpenter buys an on-demand H100 where spot is cheaper and on offer."""
+    plain = [seen for seen in story.watch.of("plain-").values() if seen.node]
+    assert plain, story.errors
+    assert {story.watch.nodes[seen.node]["capacity"] for seen in plain} == {"on-demand"}
+
+
 def test_no_inference_pod_ever_runs_on_spot(story: Story) -> None:
     assert story.watch.spot_inference == []
     batch = [s for s in story.watch.pods.values() if s.labels.get(W + "workload") == "batch"]
